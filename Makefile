@@ -1,0 +1,38 @@
+# Developer entry points. `make test` is what CI runs (via .ci/run).
+PYTHON ?= python3.11
+VENV ?= .venv
+VPY := $(VENV)/bin/python
+VPIP := $(VENV)/bin/pip
+RUFF := $(VENV)/bin/ruff
+# Pinned so pip resolves the local CPU wheel instead of pulling CUDA packages.
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.installed-bench
+
+.PHONY: setup test lint demo bench
+
+$(VPY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(VPY)
+	$(VPIP) install "$(TORCH_SPEC)"
+	$(VPIP) install -e ".[dev]"
+	touch $@
+
+$(BENCH_STAMP): $(STAMP)
+	$(VPIP) install -e ".[bench]"
+	touch $@
+
+setup: $(STAMP)
+
+lint: setup
+	$(RUFF) check botorch_sketch tests benchmarks
+
+test: setup lint
+	$(VPY) -m pytest -n 2
+
+demo: setup
+	$(VPY) -m botorch_sketch.demo
+
+bench: $(BENCH_STAMP)
+	$(VPY) benchmarks/run_all.py
