@@ -41,6 +41,7 @@ __all__ = [
     "DTCFactor",
     "DictionaryDraw",
     "bless_dictionary",
+    "cholesky_features",
     "cholesky_rank_one_update",
     "dtc_covariance",
     "dtc_factor",
@@ -54,6 +55,7 @@ __all__ = [
     "rls_units",
     "sample_dictionary",
     "variance_downdate",
+    "whiten",
 ]
 
 
@@ -103,6 +105,37 @@ def nystrom_embedding_map(K_S: Tensor, rtol: float | None = None) -> Tensor:
     inv_sqrt = torch.where(keep, inv_sqrt.rsqrt(), torch.zeros_like(evals))
     W = evecs * inv_sqrt.unsqueeze(-2)
     return W[..., m - r :]
+
+
+def cholesky_features(K_XS: Tensor, K_S: Tensor, jitter: float = 1e-8) -> Tensor:
+    r"""Nyström features ``Z = K_XS L_S^{-T}`` from a jittered Cholesky of ``K_S``.
+
+    ``Z Z^T = K_XS (K_S + eps I)^{-1} K_SX``, the same Nyström approximation as
+    :func:`nystrom_embedding_map` up to the jitter. Used for training objectives:
+    gradients through an eigendecomposition are unstable when eigenvalues cluster
+    (``1 / (e_i - e_j)`` terms), gradients through a Cholesky factor are not. The
+    jitter is relative to the mean diagonal and is increased tenfold (up to 4 times)
+    if the factorisation fails.
+
+    Args:
+        K_XS: ``batch_shape x n x m`` cross-covariance.
+        K_S: ``batch_shape x m x m`` dictionary covariance.
+        jitter: Initial relative jitter.
+
+    Returns:
+        A ``batch_shape x n x m`` tensor.
+    """
+    m = K_S.shape[-1]
+    scale = K_S.diagonal(dim1=-2, dim2=-1).mean(-1, keepdim=True).unsqueeze(-1)
+    eye = _eye_like(K_S, m)
+    for _ in range(5):
+        L, info = torch.linalg.cholesky_ex(K_S + jitter * scale * eye)
+        if not info.any():
+            break
+        jitter *= 10.0
+    else:
+        raise torch.linalg.LinAlgError("K_S is not positive definite even with jitter.")
+    return torch.linalg.solve_triangular(L, K_XS.mT, upper=False).mT
 
 
 def embedding_residual(kdiag: Tensor, Z: Tensor) -> Tensor:
@@ -164,7 +197,7 @@ def dtc_factor(Z: Tensor, residual_y: Tensor, noise: Tensor) -> DTCFactor:
     return DTCFactor(chol=L, coef=c)
 
 
-def _whiten(factor: DTCFactor, Z_test: Tensor) -> Tensor:
+def whiten(factor: DTCFactor, Z_test: Tensor) -> Tensor:
     """``L^{-1} Z_test^T`` as a ``batch_shape x r x q`` tensor."""
     L = factor.chol
     Zt = Z_test.mT
@@ -186,7 +219,7 @@ def dtc_mean(factor: DTCFactor, Z_test: Tensor) -> Tensor:
     Returns:
         A ``batch_shape x q`` tensor.
     """
-    return (_whiten(factor, Z_test) * factor.coef.unsqueeze(-1)).sum(-2)
+    return (whiten(factor, Z_test) * factor.coef.unsqueeze(-1)).sum(-2)
 
 
 def dtc_variance(factor: DTCFactor, Z_test: Tensor, kdiag_test: Tensor) -> Tensor:
@@ -203,7 +236,7 @@ def dtc_variance(factor: DTCFactor, Z_test: Tensor, kdiag_test: Tensor) -> Tenso
     Returns:
         A ``batch_shape x q`` tensor.
     """
-    W = _whiten(factor, Z_test)
+    W = whiten(factor, Z_test)
     return embedding_residual(kdiag_test, Z_test) + W.pow(2).sum(-2)
 
 
@@ -222,7 +255,7 @@ def dtc_covariance(factor: DTCFactor, Z_test: Tensor, K_test: Tensor) -> Tensor:
     Returns:
         A symmetric ``batch_shape x q x q`` tensor.
     """
-    W = _whiten(factor, Z_test)
+    W = whiten(factor, Z_test)
     cov = K_test - Z_test @ Z_test.mT + W.mT @ W
     return 0.5 * (cov + cov.mT)
 

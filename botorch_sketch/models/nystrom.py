@@ -105,6 +105,7 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
         q_bar: float = 2.0,
         dictionary: Tensor | str | None = None,
         dictionary_refits: int = 1,
+        fit_subset_size: int | None = 3000,
         objective: str = "vfe",
         seed: int | None = None,
     ) -> None:
@@ -126,6 +127,8 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
             dictionary: Initial dictionary: a ``LongTensor`` of training indices,
                 ``"all"`` (every point: the exact GP), or ``None`` (BLESS).
             dictionary_refits: Dictionary redraws inside :meth:`custom_fit`.
+            fit_subset_size: Above this many points, :meth:`custom_fit` fits the
+                hyperparameters on a seeded uniform subsample (``None``: never).
             objective: ``"vfe"`` (Titsias' bound) or ``"dtc"``.
             seed: Seed for every random choice (dictionary draws); draws are
                 numbered, so copies of the model stay reproducible.
@@ -207,6 +210,14 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
             self.input_transform = input_transform
         self.q_bar = float(q_bar)
         self.dictionary_refits = dictionary_refits
+        if fit_subset_size is not None and not (
+            isinstance(fit_subset_size, int) and fit_subset_size > 0
+        ):
+            raise ValueError(
+                "fit_subset_size must be a positive int or None, got "
+                f"{fit_subset_size!r}."
+            )
+        self.fit_subset_size = fit_subset_size
         self.objective = objective
         self.seed = seed
         self._num_draws = 0
@@ -298,7 +309,7 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
         return self.covar_module(X, S).to_dense() @ W
 
     def _train_terms(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """``(S, W, Z, residual y, noise)`` at the current hyperparameters."""
+        """``(S, W, Z, residual y, noise)`` with the pseudo-inverse embedding."""
         S, W = self._embedding()
         X = self._train_X
         Z = self._embed(X, S, W)
@@ -317,13 +328,18 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
         r"""Negative VFE bound (or DTC log likelihood) plus log priors, over ``n``.
 
         Picked up by BoTorch's loss closure, so ``fit_gpytorch_mll`` optimises it.
-        Normalised like ``ExactMarginalLogLikelihood`` (divided by ``n``).
+        Normalised like ``ExactMarginalLogLikelihood`` (divided by ``n``). Uses the
+        Cholesky form of the Nyström features (:func:`~botorch_sketch.linalg.
+        cholesky_features`), whose gradients are stable. ``O(n m^2)`` time,
+        ``O(n m)`` memory.
         """
-        _, _, Z, r, noise = self._train_terms()
-        kdiag = None
-        if self.objective == "vfe":
-            kdiag = self.covar_module(self._train_X, diag=True)
-        ll = linalg.dtc_log_marginal_likelihood(Z, r, noise, kdiag=kdiag).sum()
+        X, S = self._train_X, self.inducing_points
+        Z = linalg.cholesky_features(
+            self.covar_module(X, S).to_dense(), self.covar_module(S).to_dense()
+        )
+        r = self._train_Y - self.mean_module(X)
+        kdiag = self.covar_module(X, diag=True) if self.objective == "vfe" else None
+        ll = linalg.dtc_log_marginal_likelihood(Z, r, self._noise(), kdiag=kdiag).sum()
         for _, module, prior, closure, _ in self.named_priors():
             ll = ll + prior.log_prob(closure(module)).sum()
         return -ll / r.shape[-1]
@@ -336,26 +352,78 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
         optimizer_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> MarginalLogLikelihood:
-        r"""Fit hyperparameters, alternating with dictionary redraws.
+        r"""Fit hyperparameters and the dictionary together (``fit_gpytorch_mll``).
 
-        Called by ``fit_gpytorch_mll``. Runs BoTorch's standard fit (L-BFGS-B with
-        retries) on :meth:`compute_custom_loss` with the dictionary fixed, then for
-        each of ``dictionary_refits`` rounds redraws the dictionary by
-        posterior-variance sampling at the fitted hyperparameters and fits again,
-        warm-started. Extra keyword arguments go to BoTorch's fit routine.
+        1. If ``n > fit_subset_size``, the hyperparameters are fitted on a seeded
+           uniform subsample of ``fit_subset_size`` points (steps 2-3 on a copy),
+           because each objective evaluation costs ``O(n m^2)`` and an L-BFGS fit
+           needs 100+ of them; the full data enter through step 4.
+        2. BoTorch's standard fit (L-BFGS-B with retries) of
+           :meth:`compute_custom_loss`, dictionary fixed.
+        3. ``dictionary_refits`` times: rebuild the dictionary with BLESS at the
+           fitted hyperparameters, and fit again, warm-started. The leverage scores
+           depend on the lengthscales and the noise, so a dictionary drawn at the
+           initial hyperparameters can be far too small or too large.
+        4. Rebuild the dictionary on all ``n`` points with BLESS at the final
+           hyperparameters (``O(n m^2)`` per BLESS level).
+
+        Extra keyword arguments go to BoTorch's fit routine. On failure the
+        dictionary is left as it was before the call.
         """
+        fit_kwargs = dict(
+            closure=closure,
+            closure_kwargs=closure_kwargs,
+            optimizer_kwargs=optimizer_kwargs,
+            **kwargs,
+        )
+        n = self._train_X.shape[-2]
+        old_dictionary = self.dictionary_indices
+        try:
+            if self.fit_subset_size is not None and n > self.fit_subset_size:
+                generator = self._next_generator(None)
+                perm = torch.randperm(n, generator=generator)
+                sub = self._data_subset(
+                    perm[: self.fit_subset_size].to(self._train_X.device)
+                )
+                sub_mll = type(mll)(sub.likelihood, sub)
+                sub._fit_with_refits(sub_mll, fit_kwargs)
+                self.load_state_dict(sub.state_dict(), strict=False)
+                self._num_draws = max(self._num_draws, sub._num_draws)
+                mll.eval()
+            else:
+                mll = self._fit_with_refits(mll, fit_kwargs)
+            if self.fit_subset_size is not None and n > self.fit_subset_size:
+                with torch.no_grad():
+                    self.dictionary_indices = self._bless_indices()
+        except Exception:
+            self.dictionary_indices = old_dictionary
+            raise
+        finally:
+            self._cache = None
+        return mll
+
+    def _fit_with_refits(
+        self, mll: MarginalLogLikelihood, fit_kwargs: dict[str, Any]
+    ) -> MarginalLogLikelihood:
         for round_ in range(self.dictionary_refits + 1):
             if round_ > 0:
-                self.resample_dictionary()
-            mll = _fit_fallback(
-                mll=mll,
-                closure=closure,
-                closure_kwargs=closure_kwargs,
-                optimizer_kwargs=optimizer_kwargs,
-                **kwargs,
-            )
-        self._cache = None
+                with torch.no_grad():
+                    self.dictionary_indices = self._bless_indices()
+                self._cache = None
+            mll = _fit_fallback(mll=mll, **fit_kwargs)
         return mll
+
+    def _data_subset(self, idx: Tensor) -> NystromGP:
+        """A copy restricted to training points ``idx`` (BLESS dictionary)."""
+        sub = deepcopy(self)
+        sub._train_X = self._train_X[..., idx, :]
+        sub._train_Y = self._train_Y[..., idx]
+        if isinstance(self.likelihood, FixedNoiseGaussianLikelihood):
+            sub.likelihood.noise = self.likelihood.noise[..., idx]
+        sub._cache = None
+        with torch.no_grad():
+            sub.dictionary_indices = sub._bless_indices()
+        return sub
 
     def __call__(self, X: Tensor, *args: Any, **kwargs: Any) -> MultivariateNormal:
         r"""Prior in training mode, DTC posterior of the latent function in eval mode.
@@ -406,6 +474,14 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
             raise ValueError(
                 f"X must be batch_shape x q x d with d = "
                 f"{self._original_train_inputs.shape[-1]}, got {tuple(X.shape)}."
+            )
+        if output_indices is not None and len(output_indices) == 1 < self.num_outputs:
+            # BoTorch's batched multi-output posterior cannot build a one-task
+            # MultitaskMultivariateNormal; a single output is a single-output model.
+            return self.subset_output(list(output_indices)).posterior(
+                X,
+                observation_noise=observation_noise,
+                posterior_transform=posterior_transform,
             )
         return super().posterior(
             X.to(_COMPUTE_DTYPE),
@@ -617,6 +693,85 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
             )
             selected[idx] = True
         return selected.nonzero().squeeze(-1)
+
+    def sample_latent(
+        self,
+        X: Tensor,
+        num_samples: int,
+        generator: torch.Generator | None = None,
+        chunk_size: int = 16384,
+    ) -> Tensor:
+        r"""Posterior samples of the latent function at many candidates, ``O(A m)``.
+
+        Thompson sampling over a large candidate set must not build the ``A x A``
+        joint covariance. We sample
+
+            f(x) = mean(x) + (L^{-1} z(x))^T eps + sqrt(k(x,x) - ||z(x)||^2) xi(x)
+
+        with one ``eps ~ N(0, I_r)`` shared by all candidates and independent
+        ``xi(x) ~ N(0, 1)``. The first two terms are exact: their covariance is the
+        embedding part ``z^T A^{-1} z'`` of the DTC posterior. The Nyström residual
+        is sampled as independent per-point noise: its marginal variances are exact
+        but its correlations (``K** - Q**`` off the diagonal) are dropped. This is
+        what we sample, and it is not the exact DTC joint; it matches it on every
+        marginal and on the low-rank (learned) part of the correlation. Candidates
+        are processed in chunks, so memory is ``O(chunk_size m)``.
+
+        Args:
+            X: ``A x d`` candidates (untransformed; not for batched models).
+            num_samples: Number of joint samples.
+            generator: Optional ``torch.Generator``.
+            chunk_size: Candidates per chunk.
+
+        Returns:
+            A ``num_samples x A x m`` tensor in the original outcome space.
+        """
+        if len(self._input_batch_shape) > 0:
+            raise UnsupportedError("sample_latent supports unbatched models only.")
+        _check_finite(X, "X")
+        if X.dim() != 2 or X.shape[-1] != self._original_train_inputs.shape[-1]:
+            raise ValueError(
+                f"X must be A x d with d = {self._original_train_inputs.shape[-1]}, "
+                f"got {tuple(X.shape)}."
+            )
+        if not (isinstance(num_samples, int) and num_samples > 0):
+            raise ValueError(
+                f"num_samples must be a positive int, got {num_samples!r}."
+            )
+        self.eval()
+        cache = self._posterior_cache()
+        factor = cache["factor"]
+        m = self.num_outputs
+        r = factor.chol.shape[-1]
+        eps = torch.randn(
+            num_samples,
+            *factor.chol.shape[:-2],
+            r,
+            generator=generator,
+            dtype=_COMPUTE_DTYPE,
+        ).to(factor.chol.device)
+        chunks = []
+        with torch.no_grad():
+            Xt = self.transform_inputs(X.to(_COMPUTE_DTYPE))
+            for start in range(0, Xt.shape[0], chunk_size):
+                Xc = Xt[start : start + chunk_size]
+                if m > 1:
+                    Xc = Xc.unsqueeze(0).expand(m, *Xc.shape)
+                Zc = self._embed(Xc, cache["S"], cache["W"])  # (m) x c x r
+                Wc = linalg.whiten(factor, Zc)  # (m) x r x c
+                mean = self.mean_module(Xc) + (Wc * factor.coef.unsqueeze(-1)).sum(-2)
+                resid = linalg.embedding_residual(self.covar_module(Xc, diag=True), Zc)
+                xi = torch.randn(
+                    num_samples, *resid.shape, generator=generator, dtype=_COMPUTE_DTYPE
+                ).to(resid.device)
+                f = mean + (Wc.unsqueeze(0) * eps.unsqueeze(-1)).sum(-2)
+                f = f + resid.sqrt() * xi
+                f = f.unsqueeze(-1) if m == 1 else f.transpose(-1, -2)
+                chunks.append(f)
+            samples = torch.cat(chunks, dim=-2)
+            if hasattr(self, "outcome_transform"):
+                samples, _ = self.outcome_transform.untransform(samples)
+        return samples
 
     def load_state_dict(
         self,

@@ -1,0 +1,5 @@
+"""Candidate-generation strategies of botorch_sketch."""
+
+from botorch_sketch.generation.thompson import EmbeddingThompsonSampling
+
+__all__ = ["EmbeddingThompsonSampling"]

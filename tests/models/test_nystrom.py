@@ -1,0 +1,359 @@
+"""Tests for NystromGP: exact references, the BoTorch contract and bad input."""
+
+from __future__ import annotations
+
+import warnings
+from copy import deepcopy
+
+import torch
+from botorch.acquisition import (
+    LogExpectedImprovement,
+    UpperConfidenceBound,
+    qKnowledgeGradient,
+    qLogNoisyExpectedImprovement,
+    qUpperConfidenceBound,
+)
+from botorch.fit import fit_gpytorch_mll
+from botorch.generation.sampling import MaxPosteriorSampling
+from botorch.models import SingleTaskGP
+from botorch.models.transforms import Normalize, Standardize
+from botorch.optim import optimize_acqf
+from botorch.sampling import SobolQMCNormalSampler
+from botorch.utils.testing import BotorchTestCase
+from gpytorch.kernels import InducingPointKernel
+from gpytorch.mlls import ExactMarginalLogLikelihood
+from gpytorch.settings import sgpr_diagonal_correction
+
+from botorch_sketch.generation import EmbeddingThompsonSampling
+from botorch_sketch.models import NystromGP
+
+DT = torch.float64
+
+
+def make_data(n=40, d=2, m=1, batch=(), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(*batch, n, d, generator=g, dtype=DT)
+    f = torch.sin(4 * X).sum(-1, keepdim=True)
+    Y = torch.cat([f * (j + 1) for j in range(m)], -1)
+    return X, Y + 0.05 * torch.randn(Y.shape, generator=g, dtype=DT)
+
+
+def exact_twin(model, X, Y, **kwargs):
+    """A SingleTaskGP with the same hyperparameters and transforms."""
+    exact = SingleTaskGP(X, Y, **kwargs)
+    exact.load_state_dict(model.state_dict(), strict=False)
+    return exact.eval()
+
+
+class TestNystromGPExactness(BotorchTestCase):
+    def test_full_dictionary_equals_exact_gp(self):
+        for m, batch in [(1, ()), (2, ()), (1, (3,)), (2, (2,))]:
+            X, Y = make_data(m=m, batch=batch)
+            model = NystromGP(X, Y, dictionary="all").eval()
+            exact = exact_twin(model, X, Y)
+            Xt = torch.rand(4, 1, 5, 2, dtype=DT)
+            for noise in (False, True):
+                p, q = (
+                    model.posterior(Xt, observation_noise=noise),
+                    exact.posterior(Xt, observation_noise=noise),
+                )
+                self.assertEqual(p.mean.shape, q.mean.shape)
+                self.assertAllClose(p.mean, q.mean, atol=1e-8, rtol=0)
+                self.assertAllClose(
+                    p.distribution.covariance_matrix,
+                    q.distribution.covariance_matrix,
+                    atol=1e-8,
+                    rtol=0,
+                )
+
+    def test_full_dictionary_with_transforms_and_fixed_noise(self):
+        X, Y = make_data(n=30, d=3)
+        X = 10 * X - 3
+        Yvar = torch.full_like(Y, 0.01) * (1 + torch.rand_like(Y))
+        kw = dict(
+            train_Yvar=Yvar,
+            input_transform=Normalize(3),
+            outcome_transform=Standardize(1),
+        )
+        model = NystromGP(X, Y, dictionary="all", **deepcopy(kw)).eval()
+        exact = exact_twin(model, X, Y, **deepcopy(kw))
+        Xt = 10 * torch.rand(6, 3, dtype=DT) - 3
+        p, q = model.posterior(Xt), exact.posterior(Xt)
+        self.assertAllClose(p.mean, q.mean, atol=1e-8, rtol=0)
+        self.assertAllClose(p.variance, q.variance, atol=1e-8, rtol=0)
+
+    def test_partial_dictionary_equals_closed_form_and_sgpr(self):
+        X, Y = make_data(n=50)
+        model = NystromGP(
+            X, Y, dictionary=torch.arange(0, 50, 5), outcome_transform=None
+        )
+        model.covar_module.lengthscale = 0.4
+        model.likelihood.noise = 0.02
+        model.eval()
+        Xt = torch.rand(6, 2, dtype=DT)
+        k, S, s2 = model.covar_module, model.inducing_points, 0.02
+        y = Y.squeeze(-1) - model.mean_module.constant
+        Kuu_pinv = torch.linalg.pinv(k(S).to_dense(), hermitian=True)
+        Q_ff = k(X, S).to_dense() @ Kuu_pinv @ k(S, X).to_dense()
+        Q_sf = k(Xt, S).to_dense() @ Kuu_pinv @ k(S, X).to_dense()
+        Q_ss = k(Xt, S).to_dense() @ Kuu_pinv @ k(S, Xt).to_dense()
+        C = Q_ff + s2 * torch.eye(50, dtype=DT)
+        mean = model.mean_module.constant + Q_sf @ torch.linalg.solve(C, y)
+        cov = k(Xt).to_dense() - Q_sf @ torch.linalg.solve(C, Q_sf.T)
+        post = model.posterior(Xt)
+        self.assertAllClose(post.mean.squeeze(-1), mean, atol=1e-8, rtol=0)
+        self.assertAllClose(post.distribution.covariance_matrix, cov, atol=1e-8, rtol=0)
+        # gpytorch's SGPR without the diagonal correction is the SoR predictive:
+        # same mean, and DTC = SoR + (K** - Q**).
+        base = deepcopy(model.covar_module)
+        sgpr = SingleTaskGP(
+            X,
+            Y,
+            covar_module=InducingPointKernel(
+                base, inducing_points=S.clone(), likelihood=model.likelihood
+            ),
+            likelihood=deepcopy(model.likelihood),
+            mean_module=deepcopy(model.mean_module),
+            outcome_transform=None,
+        ).eval()
+        sgpr.covar_module.likelihood = sgpr.likelihood
+        with sgpr_diagonal_correction(False):
+            ps = sgpr.posterior(Xt)
+        self.assertAllClose(ps.mean, post.mean, atol=1e-6, rtol=0)
+        sor_plus_residual = ps.distribution.covariance_matrix + (
+            k(Xt).to_dense() - Q_ss
+        )
+        self.assertAllClose(
+            sor_plus_residual, post.distribution.covariance_matrix, atol=1e-6, rtol=0
+        )
+
+
+class TestNystromGPContract(BotorchTestCase):
+    def test_shapes_batched_multi_output(self):
+        X, Y = make_data(m=2, batch=(3,))
+        model = NystromGP(X, Y, seed=0)
+        self.assertEqual(model.num_outputs, 2)
+        self.assertEqual(model.batch_shape, torch.Size([3]))
+        for shape in [(5, 2), (3, 5, 2), (4, 3, 5, 2), (4, 1, 5, 2)]:
+            post = model.posterior(torch.rand(*shape, dtype=DT))
+            expected = torch.broadcast_shapes(shape[:-2], (3,)) + (5, 2)
+            self.assertEqual(post.mean.shape, torch.Size(expected))
+        post = model.posterior(torch.rand(5, 2, dtype=DT), output_indices=[1])
+        self.assertEqual(post.mean.shape, torch.Size([3, 5, 1]))
+
+    def test_subset_output(self):
+        X, Y = make_data(m=3)
+        model = NystromGP(X, Y, seed=0)
+        sub = model.subset_output([2])
+        Xt = torch.rand(4, 2, dtype=DT)
+        self.assertEqual(sub.num_outputs, 1)
+        self.assertAllClose(
+            sub.posterior(Xt).mean.squeeze(-1), model.posterior(Xt).mean[..., 2]
+        )
+
+    def test_condition_on_observations_and_fantasize(self):
+        X, Y = make_data(n=30)
+        model = NystromGP(X, Y, seed=0, outcome_transform=None).eval()
+        Xn, Yn = make_data(n=5, seed=1)
+        cond = model.condition_on_observations(Xn, Yn)
+        # Exact DTC update: same as a rebuild on all data with the same
+        # dictionary, hyperparameters and outcome-transform statistics.
+        rebuilt = NystromGP(
+            torch.cat([X, Xn]),
+            torch.cat([Y, Yn]),
+            dictionary=model.dictionary_indices,
+            outcome_transform=None,
+        )
+        rebuilt.load_state_dict(model.state_dict())
+        Xt = torch.rand(4, 2, dtype=DT)
+        self.assertAllClose(
+            cond.posterior(Xt).mean, rebuilt.posterior(Xt).mean, atol=1e-10, rtol=0
+        )
+        self.assertEqual(model.train_inputs[0].shape[-2], 30)  # original untouched
+        fant = model.fantasize(Xt, sampler=SobolQMCNormalSampler(torch.Size([3])))
+        self.assertEqual(fant.batch_shape, torch.Size([3]))
+        self.assertEqual(fant.posterior(Xt).mean.shape, torch.Size([3, 4, 1]))
+        # The fantasy mean at the fantasy points moves towards the fantasies.
+        self.assertFalse(
+            torch.allclose(fant.posterior(Xt).mean[0], fant.posterior(Xt).mean[1])
+        )
+
+    def test_acquisition_functions_run(self):
+        X, Y = make_data(n=40)
+        model = NystromGP(X, Y, seed=0)
+        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+        bounds = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=DT)
+        Xpend = torch.rand(2, 2, dtype=DT)
+        acqfs = [
+            UpperConfidenceBound(model, beta=2.0),
+            LogExpectedImprovement(model, best_f=Y.max()),
+            qUpperConfidenceBound(model, beta=2.0, X_pending=Xpend),
+            qLogNoisyExpectedImprovement(model, X_baseline=X, X_pending=Xpend),
+        ]
+        for acqf in acqfs:
+            q = 1 if acqf.__class__.__name__[0] != "q" else 2
+            cand, val = optimize_acqf(
+                acqf, bounds=bounds, q=q, num_restarts=2, raw_samples=16
+            )
+            self.assertEqual(cand.shape, torch.Size([q, 2]))
+            self.assertTrue(torch.isfinite(val).all())
+        qkg = qKnowledgeGradient(model, num_fantasies=4)
+        val = qkg(torch.rand(3, 1 + 4, 2, dtype=DT))
+        self.assertEqual(val.shape, torch.Size([3]))
+        self.assertTrue(torch.isfinite(val).all())
+        mps = MaxPosteriorSampling(model, replacement=False)
+        self.assertEqual(mps(torch.rand(50, 2, dtype=DT), num_samples=3).shape, (3, 2))
+
+    def test_stock_loop(self):
+        X, Y = make_data(n=20)
+        bounds = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=DT)
+        for _ in range(2):
+            model = NystromGP(X, Y, seed=0)
+            fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+            acqf = qLogNoisyExpectedImprovement(model, X_baseline=X)
+            cand, _ = optimize_acqf(acqf, bounds, q=2, num_restarts=2, raw_samples=16)
+            X = torch.cat([X, cand])
+            Y = torch.cat([Y, torch.sin(4 * cand).sum(-1, keepdim=True)])
+        self.assertEqual(X.shape, torch.Size([24, 2]))
+
+
+class TestNystromGPDictionary(BotorchTestCase):
+    def test_fit_redraws_dictionary_and_uses_subset(self):
+        X, Y = make_data(n=120)
+        model = NystromGP(X, Y, seed=0, fit_subset_size=60)
+        before = model.covar_module.lengthscale.clone()
+        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+        self.assertFalse(torch.allclose(before, model.covar_module.lengthscale))
+        self.assertGreater(int(model.dictionary_indices.max()), 59)  # on all n
+        self.assertFalse(model.training)
+        # seeded: the same fit gives the same dictionary and hyperparameters
+        twin = NystromGP(X, Y, seed=0, fit_subset_size=60)
+        fit_gpytorch_mll(ExactMarginalLogLikelihood(twin.likelihood, twin))
+        self.assertTrue(torch.equal(twin.dictionary_indices, model.dictionary_indices))
+        self.assertAllClose(
+            twin.covar_module.lengthscale, model.covar_module.lengthscale
+        )
+
+    def test_dictionary_tracks_effective_dimension(self):
+        # Smooth 1-d function: d_eff saturates, so the dictionary stays small.
+        g = torch.Generator().manual_seed(5)
+        sizes = []
+        for n in (200, 1000):
+            X = torch.rand(n, 1, generator=g, dtype=DT)
+            Y = torch.sin(6 * X)
+            model = NystromGP(X, Y, seed=1, outcome_transform=None)
+            model.covar_module.lengthscale = 0.2
+            model.likelihood.noise = 1e-2
+            model.resample_dictionary()
+            rls = model.posterior_variance_at_train()
+            d_eff = float(rls.sum())
+            self.assertLessEqual(model.dictionary_size, 3 * model.q_bar * d_eff + 5)
+            sizes.append(model.dictionary_size)
+        self.assertLess(sizes[1], 2 * sizes[0])
+
+    def test_condition_and_resample_is_bkb_update(self):
+        X, Y = make_data(n=30)
+        # every p = 1: the dictionary holds every point and BKB is exact GP-UCB
+        model = NystromGP(X, Y, seed=0, q_bar=1e12, outcome_transform=None)
+        Xn, Yn = make_data(n=4, seed=2)
+        new = model.condition_and_resample(Xn, Yn)
+        self.assertEqual(new.dictionary_size, 34)
+        self.assertEqual(model.train_inputs[0].shape[-2], 30)
+        exact = exact_twin(
+            new, torch.cat([X, Xn]), torch.cat([Y, Yn]), outcome_transform=None
+        )
+        Xt = torch.rand(5, 2, dtype=DT)
+        self.assertAllClose(new.posterior(Xt).mean, exact.posterior(Xt).mean, atol=1e-8)
+        # duplicated rows: a point that is already there adds nothing new
+        dup = model.condition_and_resample(X[:3], Y[:3])
+        self.assertEqual(dup.dictionary_size, 30)
+        # seeded draws reproduce; a small q_bar gives a smaller dictionary
+        a = NystromGP(X, Y, seed=3, q_bar=0.05).condition_and_resample(Xn, Yn)
+        b = NystromGP(X, Y, seed=3, q_bar=0.05).condition_and_resample(Xn, Yn)
+        self.assertTrue(torch.equal(a.dictionary_indices, b.dictionary_indices))
+        self.assertLess(a.dictionary_size, 34)
+
+    def test_duplicated_dictionary_points(self):
+        X, Y = make_data(n=20)
+        X = torch.cat([X, X[:5]])
+        Y = torch.cat([Y, Y[:5]])
+        idx = torch.tensor([0, 1, 2, 20, 21, 7])  # 20, 21 duplicate 0, 1
+        model = NystromGP(X, Y, dictionary=idx).eval()
+        ref = NystromGP(X, Y, dictionary=torch.tensor([0, 1, 2, 7])).eval()
+        Xt = torch.rand(4, 2, dtype=DT)
+        self.assertAllClose(model.posterior(Xt).variance, ref.posterior(Xt).variance)
+        model.resample_dictionary(generator=torch.Generator().manual_seed(0))
+        self.assertTrue((model.dictionary_indices < 20).all())  # first occurrences
+
+    def test_thompson_sampling_without_joint_covariance(self):
+        X, Y = make_data(n=40)
+        model = NystromGP(X, Y, dictionary="all")
+        cand = torch.rand(3000, 2, dtype=DT)
+        samples = model.sample_latent(
+            cand, 2000, generator=torch.Generator().manual_seed(0), chunk_size=700
+        )
+        self.assertEqual(samples.shape, torch.Size([2000, 3000, 1]))
+        post = model.posterior(cand[:50].unsqueeze(-2))
+        self.assertAllClose(
+            samples[:, :50, 0].mean(0), post.mean.squeeze(), atol=0.1, rtol=0
+        )
+        self.assertAllClose(
+            samples[:, :50, 0].var(0), post.variance.squeeze(), atol=0.05, rtol=0.15
+        )
+        ts = EmbeddingThompsonSampling(model, replacement=False, seed=1)
+        picks = ts(cand, num_samples=5)
+        self.assertEqual(picks.shape, torch.Size([5, 2]))
+        self.assertEqual(torch.unique(picks, dim=0).shape[0], 5)
+        again = EmbeddingThompsonSampling(model, replacement=False, seed=1)(cand, 5)
+        self.assertTrue(torch.equal(picks, again))
+
+
+class TestNystromGPInputs(BotorchTestCase):
+    def test_bad_input_raises_value_error(self):
+        X, Y = make_data()
+        bad = [
+            (dict(train_X=X.clone().fill_(float("nan")), train_Y=Y), "NaN"),
+            (dict(train_X=X, train_Y=Y.clone().fill_(float("inf"))), "Inf"),
+            (dict(train_X=X, train_Y=Y[:-1]), "points"),
+            (dict(train_X=X, train_Y=Y.squeeze(-1)), "dimensions"),
+            (dict(train_X=X[:0], train_Y=Y[:0]), "empty"),
+            (dict(train_X=X, train_Y=Y, q_bar=0.0), "q_bar"),
+            (dict(train_X=X, train_Y=Y, q_bar=-1), "q_bar"),
+            (dict(train_X=X, train_Y=Y, objective="fitc"), "objective"),
+            (dict(train_X=X, train_Y=Y, dictionary="some"), "dictionary"),
+            (dict(train_X=X, train_Y=Y, dictionary=torch.tensor([99])), "indices"),
+            (dict(train_X=X, train_Y=Y, train_Yvar=-torch.ones_like(Y)), "positive"),
+            (dict(train_X=X, train_Y=Y, fit_subset_size=0), "fit_subset_size"),
+        ]
+        for kwargs, match in bad:
+            with self.assertRaisesRegex(ValueError, match):
+                NystromGP(**kwargs)
+        model = NystromGP(X, Y, seed=0)
+        with self.assertRaisesRegex(ValueError, "d = 2"):
+            model.posterior(torch.rand(3, 5, dtype=DT))
+        with self.assertRaisesRegex(ValueError, "NaN"):
+            model.posterior(torch.full((3, 2), float("nan"), dtype=DT))
+
+    def test_failed_update_leaves_model_intact(self):
+        X, Y = make_data()
+        model = NystromGP(X, Y, seed=0)
+        state = (model.dictionary_indices.clone(), model._num_draws)
+        with self.assertRaisesRegex(ValueError, "NaN"):
+            model.condition_and_resample(X[:2], torch.full((2, 1), float("nan")))
+        self.assertTrue(torch.equal(model.dictionary_indices, state[0]))
+        self.assertEqual(model._num_draws, state[1])
+        self.assertEqual(model.train_inputs[0].shape[-2], 40)
+
+    def test_float32_is_computed_in_float64(self):
+        X, Y = make_data()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m32 = NystromGP(X.float(), Y.float(), dictionary="all")
+        m64 = NystromGP(X, Y, dictionary="all")
+        self.assertEqual(m32.train_inputs[0].dtype, torch.float64)
+        Xt = torch.rand(4, 2)
+        p32 = m32.posterior(Xt)
+        self.assertEqual(p32.mean.dtype, torch.float64)
+        self.assertAllClose(
+            p32.mean, m64.posterior(Xt.double()).mean, atol=1e-5, rtol=0
+        )

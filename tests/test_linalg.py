@@ -1,0 +1,237 @@
+"""Tests for botorch_sketch.linalg against closed forms and exact references."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from botorch_sketch import linalg
+
+DT = torch.float64
+
+
+def rbf(A: torch.Tensor, B: torch.Tensor, ls: float = 0.3) -> torch.Tensor:
+    return torch.exp(-0.5 * torch.cdist(A, B).pow(2) / ls**2)
+
+
+def rbf_diag(A: torch.Tensor) -> torch.Tensor:
+    return torch.ones(A.shape[:-1], dtype=A.dtype)
+
+
+@pytest.fixture
+def data():
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(40, 2, generator=g, dtype=DT)
+    y = torch.sin(5 * X).sum(-1) + 0.1 * torch.randn(40, generator=g, dtype=DT)
+    Xs = torch.rand(7, 2, generator=g, dtype=DT)
+    return X, y, Xs
+
+
+def embed(X, S):
+    W = linalg.nystrom_embedding_map(rbf(S, S))
+    return rbf(X, S) @ W
+
+
+def test_embedding_map_equals_pinv_and_handles_duplicates(data):
+    X, _, Xs = data
+    S = torch.cat([X[:6], X[:3]])  # three duplicated dictionary points: singular K_S
+    K_S = rbf(S, S)
+    W = linalg.nystrom_embedding_map(K_S)
+    assert W.shape == (9, 6)  # embedding dimension = rank < |S|
+    pinv = torch.linalg.pinv(K_S, hermitian=True)
+    torch.testing.assert_close(W @ W.T, pinv, atol=1e-8, rtol=1e-8)
+    Q = rbf(Xs, S) @ pinv @ rbf(S, Xs)
+    Z = rbf(Xs, S) @ W
+    torch.testing.assert_close(Z @ Z.T, Q, atol=1e-10, rtol=0)
+    # The residual k - ||z||^2 is non-negative and zero on the dictionary.
+    res = linalg.embedding_residual(torch.ones(9, dtype=DT), rbf(S, S) @ W)
+    assert res.min() >= 0 and res.max() < 1e-10
+
+
+def test_embedding_map_batched_zero_pads_and_empty():
+    g = torch.Generator().manual_seed(1)
+    S = torch.rand(5, 2, generator=g, dtype=DT)
+    K_full = rbf(S, S)
+    S_dup = torch.cat([S[:3], S[:2]])
+    K_sing = rbf(S_dup, S_dup)
+    W = linalg.nystrom_embedding_map(torch.stack([K_full, K_sing]))
+    assert W.shape == (2, 5, 5)
+    assert (W[1].abs().sum(0) == 0).sum() == 2  # two zero columns for rank 3
+    torch.testing.assert_close(
+        W[1] @ W[1].T, torch.linalg.pinv(K_sing), atol=1e-8, rtol=0
+    )
+    assert linalg.nystrom_embedding_map(torch.zeros(0, 0, dtype=DT)).shape == (0, 0)
+    with pytest.raises(ValueError, match="square"):
+        linalg.nystrom_embedding_map(torch.zeros(2, 3, dtype=DT))
+
+
+def test_cholesky_features_match_pinv_embedding(data):
+    X, _, _ = data
+    S = X[:10]
+    Z1 = embed(X, S)
+    Z2 = linalg.cholesky_features(rbf(X, S), rbf(S, S), jitter=1e-12)
+    torch.testing.assert_close(Z1 @ Z1.T, Z2 @ Z2.T, atol=1e-7, rtol=0)
+
+
+@pytest.mark.parametrize("heteroscedastic", [False, True])
+def test_dtc_posterior_matches_closed_form(data, heteroscedastic):
+    X, y, Xs = data
+    S = X[::4]
+    noise = torch.full((40,), 0.05, dtype=DT)
+    if heteroscedastic:
+        noise = noise * (1 + torch.arange(40, dtype=DT) / 10)
+    Z, Zs = embed(X, S), embed(Xs, S)
+    factor = linalg.dtc_factor(Z, y, noise)
+    # Closed form (Quinonero-Candela & Rasmussen 2005): Q = K_fu K_uu^+ K_uf.
+    Kuu_pinv = torch.linalg.pinv(rbf(S, S), hermitian=True)
+    Q_ff = rbf(X, S) @ Kuu_pinv @ rbf(S, X)
+    Q_sf = rbf(Xs, S) @ Kuu_pinv @ rbf(S, X)
+    C = Q_ff + torch.diag(noise)
+    mean = Q_sf @ torch.linalg.solve(C, y)
+    cov = rbf(Xs, Xs) - Q_sf @ torch.linalg.solve(C, Q_sf.T)
+    torch.testing.assert_close(linalg.dtc_mean(factor, Zs), mean, atol=1e-9, rtol=0)
+    torch.testing.assert_close(
+        linalg.dtc_covariance(factor, Zs, rbf(Xs, Xs)), cov, atol=1e-9, rtol=0
+    )
+    torch.testing.assert_close(
+        linalg.dtc_variance(factor, Zs, torch.ones(7, dtype=DT)),
+        cov.diagonal(),
+        atol=1e-9,
+        rtol=0,
+    )
+    # log marginal likelihood = N(y | 0, Q + N), VFE adds the trace term.
+    mvn = torch.distributions.MultivariateNormal(torch.zeros(40, dtype=DT), C)
+    ll = linalg.dtc_log_marginal_likelihood(Z, y, noise)
+    torch.testing.assert_close(ll, mvn.log_prob(y), atol=1e-9, rtol=0)
+    trace = ((1.0 - Q_ff.diagonal()) / noise).sum()
+    vfe = linalg.dtc_log_marginal_likelihood(
+        Z, y, noise, kdiag=torch.ones(40, dtype=DT)
+    )
+    torch.testing.assert_close(vfe, mvn.log_prob(y) - 0.5 * trace, atol=1e-9, rtol=0)
+
+
+def test_full_dictionary_equals_exact_gp(data):
+    X, y, Xs = data
+    noise = torch.full((40,), 0.01, dtype=DT)
+    factor = linalg.dtc_factor(embed(X, X), y, noise)
+    Zs = embed(Xs, X)
+    K = rbf(X, X) + 0.01 * torch.eye(40, dtype=DT)
+    mean = rbf(Xs, X) @ torch.linalg.solve(K, y)
+    cov = rbf(Xs, Xs) - rbf(Xs, X) @ torch.linalg.solve(K, rbf(X, Xs))
+    torch.testing.assert_close(linalg.dtc_mean(factor, Zs), mean, atol=1e-8, rtol=0)
+    torch.testing.assert_close(
+        linalg.dtc_covariance(factor, Zs, rbf(Xs, Xs)), cov, atol=1e-8, rtol=0
+    )
+    # RLS units: sum of leverage scores at the training points = d_eff (BKB Eq. 5).
+    rls = linalg.rls_units(
+        linalg.dtc_variance(factor, embed(X, X), noise * 0 + 1), 0.01
+    )
+    d_eff = torch.trace(rbf(X, X) @ torch.linalg.inv(K))
+    torch.testing.assert_close(rls.sum(), d_eff, atol=1e-6, rtol=0)
+
+
+def test_cholesky_rank_one_update_batched():
+    g = torch.Generator().manual_seed(2)
+    A = torch.randn(3, 6, 6, generator=g, dtype=DT)
+    V = A @ A.mT + 0.1 * torch.eye(6, dtype=DT)
+    v = torch.randn(3, 6, generator=g, dtype=DT)
+    L_new = linalg.cholesky_rank_one_update(torch.linalg.cholesky(V), v)
+    expected = torch.linalg.cholesky(V + v.unsqueeze(-1) * v.unsqueeze(-2))
+    torch.testing.assert_close(L_new, expected, atol=1e-10, rtol=1e-10)
+    assert torch.equal(L_new, torch.tril(L_new))
+
+
+def test_hallucinated_updates_equal_full_recompute(data):
+    X, _, Xs = data
+    S, lam = X[:12], 1e-2
+    Z, Zc = embed(X[:20], S), embed(X, S)
+    resid = linalg.embedding_residual(torch.ones(40, dtype=DT), Zc) / lam
+    V = Z.T @ Z + lam * torch.eye(Z.shape[-1], dtype=DT)
+
+    def variances(V):
+        return resid + (Zc * torch.linalg.solve(V, Zc.T).T).sum(-1)
+
+    L, var = torch.linalg.cholesky(V), variances(V)
+    for i in [25, 30, 25, 3]:  # repeats allowed
+        z = Zc[i]
+        L, new_var = linalg.hallucinate_point(L, z, var, Zc)
+        V = V + torch.outer(z, z)
+        torch.testing.assert_close(L @ L.T, V, atol=1e-10, rtol=0)
+        torch.testing.assert_close(new_var, variances(V), atol=1e-8, rtol=1e-8)
+        assert (new_var <= var + 1e-12).all()  # variances never increase
+        var = new_var
+
+
+def test_rls_inclusion_probabilities_clip_and_counts():
+    var = torch.tensor([0.01, 0.2, 5.0], dtype=DT)
+    p = linalg.rls_inclusion_probabilities(var, 2.0)
+    torch.testing.assert_close(p, torch.tensor([0.02, 0.4, 1.0], dtype=DT))
+    counts = torch.tensor([3, 2, 1])
+    pc = linalg.rls_inclusion_probabilities(var, 2.0, counts)
+    expected = torch.tensor([1 - 0.98**3, 1 - 0.6**2, 1.0], dtype=DT)
+    torch.testing.assert_close(pc, expected)
+    with pytest.raises(ValueError, match="q_bar"):
+        linalg.rls_inclusion_probabilities(var, 0.0)
+
+
+def test_sample_dictionary_frequencies_seed_and_fallback():
+    var = torch.tensor([0.05, 0.25, 0.45, 2.0], dtype=DT)
+    g = torch.Generator().manual_seed(3)
+    draws = torch.stack(
+        [linalg.sample_dictionary(var, 1.0, generator=g).selected for _ in range(4000)]
+    )
+    freq = draws.to(DT).mean(0)
+    p = torch.tensor([0.05, 0.25, 0.45, 1.0], dtype=DT)
+    tol = 4 * (p * (1 - p) / 4000).sqrt() + 1e-12
+    assert ((freq - p).abs() <= tol).all()
+    a = linalg.sample_dictionary(var, 1.0, generator=torch.Generator().manual_seed(7))
+    b = linalg.sample_dictionary(var, 1.0, generator=torch.Generator().manual_seed(7))
+    assert torch.equal(a.selected, b.selected)
+    tiny = torch.tensor([1e-30, 3e-30, 2e-30], dtype=DT)
+    draw = linalg.sample_dictionary(tiny, 1.0, generator=g, max_redraws=2)
+    assert draw.fallback and draw.selected.tolist() == [False, True, False]
+    with pytest.raises(ValueError, match="NaN"):
+        linalg.sample_dictionary(torch.tensor([math.nan], dtype=DT), 1.0)
+    with pytest.raises(ValueError, match="non-empty"):
+        linalg.sample_dictionary(torch.zeros(0, dtype=DT), 1.0)
+
+
+def _exact_d_eff(X, lam, ls):
+    evals = torch.linalg.eigvalsh(rbf(X, X, ls))
+    return (evals / (evals + lam)).sum()
+
+
+def test_bless_dictionary_is_accurate_and_small():
+    g = torch.Generator().manual_seed(4)
+    ls, lam = 0.3, 1e-2
+
+    def kernel(A, B):
+        return rbf(A, B, ls)
+
+    sizes = {}
+    for n in (500, 2000):
+        X = torch.rand(n, 2, generator=g, dtype=DT)
+        idx = linalg.bless_dictionary(
+            X, kernel, rbf_diag, lam=lam, q_bar=4.0, generator=g
+        )
+        d_eff = float(_exact_d_eff(X, lam, ls))
+        sizes[n] = idx.numel()
+        assert idx.numel() <= 3 * 4.0 * d_eff  # O(q_bar d_eff)
+        # (eps, lam)-accuracy of the (unweighted) Nystrom projection:
+        # lambda_max((K + lam I)^{-1/2} (K - Q) (K + lam I)^{-1/2}) <= eps.
+        K = kernel(X, X)
+        Z = embed_with(X, X[idx], kernel)
+        evals, evecs = torch.linalg.eigh(K + lam * torch.eye(n, dtype=DT))
+        R = evecs @ torch.diag(evals.rsqrt()) @ evecs.T
+        err = torch.linalg.eigvalsh(R @ (K - Z @ Z.T) @ R).max()
+        assert err < 0.5
+    assert sizes[2000] < 2 * sizes[500]  # saturates with d_eff, not with n
+    with pytest.raises(ValueError, match="lam"):
+        linalg.bless_dictionary(X, kernel, rbf_diag, lam=0.0)
+
+
+def embed_with(X, S, kernel):
+    W = linalg.nystrom_embedding_map(kernel(S, S))
+    return kernel(X, S) @ W
