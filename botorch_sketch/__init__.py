@@ -4,4 +4,9 @@ Nystrom/DTC sparse Gaussian processes (BKB), batch UCB (BBKB), GSSBO and
 GO-UCB, packaged as BoTorch models and acquisition functions.
 """
 
+from botorch_sketch.generation import EmbeddingThompsonSampling
+from botorch_sketch.models import NystromGP
+
 __version__ = "0.1.0"
+
+__all__ = ["EmbeddingThompsonSampling", "NystromGP", "__version__"]
