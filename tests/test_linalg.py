@@ -235,3 +235,18 @@ def test_bless_dictionary_is_accurate_and_small():
 def embed_with(X, S, kernel):
     W = linalg.nystrom_embedding_map(kernel(S, S))
     return kernel(X, S) @ W
+
+
+def test_dtc_predictor_equals_embedding_route(data):
+    X, y, Xs = data
+    S = torch.cat([X[::3], X[:2]])  # duplicates: rank-deficient K_S
+    W = linalg.nystrom_embedding_map(rbf(S, S))
+    factor = linalg.dtc_factor(rbf(X, S) @ W, y, torch.full((40,), 0.03, dtype=DT))
+    Zs = rbf(Xs, S) @ W
+    mean, cov = linalg.dtc_predict(
+        linalg.dtc_predictor(W, factor), rbf(Xs, S), rbf(Xs, Xs)
+    )
+    torch.testing.assert_close(mean, linalg.dtc_mean(factor, Zs), atol=1e-10, rtol=0)
+    torch.testing.assert_close(
+        cov, linalg.dtc_covariance(factor, Zs, rbf(Xs, Xs)), atol=1e-10, rtol=0
+    )

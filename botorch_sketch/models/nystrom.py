@@ -321,7 +321,8 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
             with torch.no_grad():
                 S, W, Z, r, noise = self._train_terms()
                 factor = linalg.dtc_factor(Z, r, noise)
-            self._cache = {"S": S, "W": W, "factor": factor}
+                predictor = linalg.dtc_predictor(W, factor)
+            self._cache = {"S": S, "W": W, "factor": factor, "predictor": predictor}
         return self._cache
 
     def compute_custom_loss(self, mll: MarginalLogLikelihood, **kwargs: Any) -> Tensor:
@@ -441,12 +442,12 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
 
     def _dtc_mvn(self, X: Tensor) -> MultivariateNormal:
         cache = self._posterior_cache()
-        Z_test = self._embed(X, cache["S"], cache["W"])
-        mean = self.mean_module(X) + linalg.dtc_mean(cache["factor"], Z_test)
-        cov = linalg.dtc_covariance(
-            cache["factor"], Z_test, self.covar_module(X).to_dense()
+        offset, cov = linalg.dtc_predict(
+            cache["predictor"],
+            self.covar_module(X, cache["S"]).to_dense(),
+            self.covar_module(X).to_dense(),
         )
-        mean = mean.expand(cov.shape[:-1])
+        mean = (self.mean_module(X) + offset).expand(cov.shape[:-1])
         return MultivariateNormal(mean, cov)
 
     def posterior(
