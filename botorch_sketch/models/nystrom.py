@@ -107,6 +107,7 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
         dictionary_refits: int = 1,
         fit_subset_size: int | None = 3000,
         objective: str = "vfe",
+        max_dictionary_size: int | None = None,
         seed: int | None = None,
     ) -> None:
         r"""Build the model.
@@ -130,6 +131,10 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
             fit_subset_size: Above this many points, :meth:`custom_fit` fits the
                 hyperparameters on a seeded uniform subsample (``None``: never).
             objective: ``"vfe"`` (Titsias' bound) or ``"dtc"``.
+            max_dictionary_size: Optional cap on the dictionary. A larger draw is
+                replaced by a seeded uniform subsample of this size, trading the
+                leverage-score accuracy guarantee for a bounded ``O(n m^2)`` cost
+                (useful when ``d_eff`` approaches ``n``). ``None``: no cap.
             seed: Seed for every random choice (dictionary draws); draws are
                 numbered, so copies of the model stay reproducible.
         """
@@ -220,6 +225,14 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
         self.fit_subset_size = fit_subset_size
         self.objective = objective
         self.seed = seed
+        if max_dictionary_size is not None and not (
+            isinstance(max_dictionary_size, int) and max_dictionary_size > 0
+        ):
+            raise ValueError(
+                "max_dictionary_size must be a positive int or None, got "
+                f"{max_dictionary_size!r}."
+            )
+        self.max_dictionary_size = max_dictionary_size
         self._num_draws = 0
         self._cache: dict[str, Any] | None = None
         self.to(dtype=_COMPUTE_DTYPE, device=train_X.device)
@@ -597,7 +610,7 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
         draw = linalg.sample_dictionary(p_union, 1.0, generator=generator)
         if draw.fallback:
             logger.warning("Dictionary draw was empty; kept the most uncertain point.")
-        return draw.selected.nonzero().squeeze(-1)
+        return self._cap(draw.selected.nonzero().squeeze(-1))
 
     def resample_dictionary(self, generator: torch.Generator | None = None) -> Tensor:
         r"""Redraw the dictionary from all training points, in place (BKB Alg. 1).
@@ -693,7 +706,21 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
                 generator=self._next_generator(None),
             )
             selected[idx] = True
-        return selected.nonzero().squeeze(-1)
+        return self._cap(selected.nonzero().squeeze(-1))
+
+    def _cap(self, idx: Tensor) -> Tensor:
+        """Enforce ``max_dictionary_size`` by a seeded uniform subsample."""
+        cap = self.max_dictionary_size
+        if cap is None or idx.numel() <= cap:
+            return idx
+        logger.warning(
+            "Leverage-score dictionary has %d points; keeping a uniform subsample "
+            "of max_dictionary_size=%d (the DTC accuracy guarantee no longer holds).",
+            idx.numel(),
+            cap,
+        )
+        perm = torch.randperm(idx.numel(), generator=self._next_generator(None))
+        return torch.sort(idx[perm[:cap].to(idx.device)]).values
 
     def sample_latent(
         self,

@@ -273,6 +273,15 @@ class TestNystromGPDictionary(BotorchTestCase):
         self.assertTrue(torch.equal(a.dictionary_indices, b.dictionary_indices))
         self.assertLess(a.dictionary_size, 34)
 
+    def test_max_dictionary_size_caps_every_draw(self):
+        X, Y = make_data(n=60)
+        model = NystromGP(X, Y, seed=0, q_bar=1e12, max_dictionary_size=15)
+        self.assertEqual(model.dictionary_size, 15)  # BLESS draw capped
+        model.resample_dictionary()
+        self.assertEqual(model.dictionary_size, 15)  # RLS draw capped
+        free = NystromGP(X, Y, seed=0, q_bar=1e12)
+        self.assertEqual(free.dictionary_size, 60)
+
     def test_duplicated_dictionary_points(self):
         X, Y = make_data(n=20)
         X = torch.cat([X, X[:5]])
@@ -324,6 +333,7 @@ class TestNystromGPInputs(BotorchTestCase):
             (dict(train_X=X, train_Y=Y, dictionary=torch.tensor([99])), "indices"),
             (dict(train_X=X, train_Y=Y, train_Yvar=-torch.ones_like(Y)), "positive"),
             (dict(train_X=X, train_Y=Y, fit_subset_size=0), "fit_subset_size"),
+            (dict(train_X=X, train_Y=Y, max_dictionary_size=0), "max_dictionary"),
         ]
         for kwargs, match in bad:
             with self.assertRaisesRegex(ValueError, match):
