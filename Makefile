@@ -28,8 +28,9 @@ setup: $(STAMP)
 lint: setup
 	$(RUFF) check botorch_sketch tests benchmarks
 
+# Two xdist workers on two cores: one BLAS/OpenMP thread each avoids oversubscription.
 test: setup lint
-	$(VPY) -m pytest -n 2
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(VPY) -m pytest -n 2
 
 demo: setup
 	$(VPY) -m botorch_sketch.demo

@@ -201,8 +201,18 @@ def dtc_factor(Z: Tensor, residual_y: Tensor, noise: Tensor) -> DTCFactor:
 
 
 def whiten(factor: DTCFactor, Z_test: Tensor) -> Tensor:
-    """``L^{-1} Z_test^T`` as a ``batch_shape x r x q`` tensor."""
+    r"""``L^{-1} Z_test^T`` as a ``batch_shape x r x q`` tensor.
+
+    For an unbatched factor, the test batch dimensions are folded into the columns
+    of one triangular solve, so a ``b x q x r`` input never expands ``L`` to
+    ``b x r x r``.
+    """
     L = factor.chol
+    if L.dim() == 2:
+        r = L.shape[-1]
+        cols = Z_test.reshape(-1, r).mT
+        out = torch.linalg.solve_triangular(L, cols, upper=False)
+        return out.mT.reshape(Z_test.shape).mT
     Zt = Z_test.mT
     batch = torch.broadcast_shapes(L.shape[:-2], Zt.shape[:-2])
     return torch.linalg.solve_triangular(

@@ -54,6 +54,7 @@ from gpytorch.means import ConstantMean, Mean
 from gpytorch.mlls import MarginalLogLikelihood
 from gpytorch.models import GP
 from gpytorch.module import Module
+from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
 from botorch_sketch import linalg
@@ -348,12 +349,18 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
         ``O(n m)`` memory.
         """
         X, S = self._train_X, self.inducing_points
-        Z = linalg.cholesky_features(
-            self.covar_module(X, S).to_dense(), self.covar_module(S).to_dense()
-        )
         r = self._train_Y - self.mean_module(X)
         kdiag = self.covar_module(X, diag=True) if self.objective == "vfe" else None
-        ll = linalg.dtc_log_marginal_likelihood(Z, r, self._noise(), kdiag=kdiag).sum()
+        try:
+            Z = linalg.cholesky_features(
+                self.covar_module(X, S).to_dense(), self.covar_module(S).to_dense()
+            )
+            ll = linalg.dtc_log_marginal_likelihood(Z, r, self._noise(), kdiag=kdiag)
+        except torch.linalg.LinAlgError as err:
+            # A line-search step into a degenerate region (e.g. NaN or extreme
+            # hyperparameters): BoTorch's fit loop retries on NotPSDError.
+            raise NotPSDError(f"NystromGP loss: {err}") from err
+        ll = ll.sum()
         for _, module, prior, closure, _ in self.named_priors():
             ll = ll + prior.log_prob(closure(module)).sum()
         return -ll / r.shape[-1]

@@ -1,0 +1,80 @@
+r"""BBKB: batch UCB with adaptive batches, frozen dictionaries and lazy updates.
+
+Pure-torch implementation of Calandriello, Carratino, Lazaric, Valko & Rosasco,
+"Near-linear time Gaussian process optimization with adaptive batching and
+resparsification" (ICML 2020) on a finite candidate set, plus the BKB, exact
+GP-UCB / GP-BUCB and uniform baselines. One concept per module:
+
+- :mod:`~botorch_sketch.bbkb.state`: frozen batch-start state and its rebuild;
+- :mod:`~botorch_sketch.bbkb.stopping`: batch stopping rules (Lemma 1, Lemma 3,
+  GP-BUCB's product rule);
+- :mod:`~botorch_sketch.bbkb.schedules`: ``beta~`` / ``alpha~`` schedules;
+- :mod:`~botorch_sketch.bbkb.selection`: exact lazy UCB batch selection;
+- :mod:`~botorch_sketch.bbkb.exact`: incremental exact GP posterior;
+- :mod:`~botorch_sketch.bbkb.loop`: the bandit loops;
+- :mod:`~botorch_sketch.bbkb.kernels`: kernel callables.
+"""
+
+from botorch_sketch.bbkb.exact import ExactPosterior
+from botorch_sketch.bbkb.kernels import rbf_kernel
+from botorch_sketch.bbkb.loop import (
+    BanditResult,
+    noisy_oracle,
+    run_bbkb,
+    run_gp_bucb,
+    run_gp_ucb,
+    run_uniform,
+    uncertainty_sampling_init,
+    uniform_regret,
+)
+from botorch_sketch.bbkb.schedules import (
+    BetaSchedule,
+    FixedSchedule,
+    PaperSchedule,
+    ReferenceCodeSchedule,
+    alpha_from_botorch_beta,
+    botorch_beta,
+    make_schedule,
+)
+from botorch_sketch.bbkb.selection import LazyUCBSelector, StepRecord, select_batch
+from botorch_sketch.bbkb.state import BatchState, embed_arms, rebuild
+from botorch_sketch.bbkb.stopping import (
+    GlobalLocalRule,
+    GlobalRule,
+    LocalRule,
+    ProductRule,
+    StoppingRule,
+    make_rule,
+)
+
+__all__ = [
+    "BanditResult",
+    "BatchState",
+    "BetaSchedule",
+    "ExactPosterior",
+    "FixedSchedule",
+    "GlobalLocalRule",
+    "GlobalRule",
+    "LazyUCBSelector",
+    "LocalRule",
+    "PaperSchedule",
+    "ProductRule",
+    "ReferenceCodeSchedule",
+    "StepRecord",
+    "StoppingRule",
+    "alpha_from_botorch_beta",
+    "botorch_beta",
+    "embed_arms",
+    "make_rule",
+    "make_schedule",
+    "noisy_oracle",
+    "rbf_kernel",
+    "rebuild",
+    "run_bbkb",
+    "run_gp_bucb",
+    "run_gp_ucb",
+    "run_uniform",
+    "select_batch",
+    "uncertainty_sampling_init",
+    "uniform_regret",
+]

@@ -1,0 +1,623 @@
+r"""Finite-arm bandit loops: BBKB, BKB, exact GP-UCB / GP-BUCB and uniform.
+
+Protocol of BBKB (Calandriello et al., ICML 2020, Alg. 1; BBKB spec Sec. 3 items
+7-9, Sec. 7.1):
+
+1. Initialisation (batch 0): evaluate the given arms, or one uniformly random arm
+   (Alg. 1 L1), with the dictionary ``S = unique(initial arms)`` (App. B.1 base
+   case; or BLESS, Sec. 7.3), and build the state.
+2. Repeat until ``T`` points are evaluated: select a batch with the frozen state
+   (:func:`~botorch_sketch.bbkb.selection.select_batch`, cut at the horizon),
+   evaluate the whole batch (synchronous, L17), update pull counts, add the batch's
+   ``log(1 + 3 s2_0)`` to ``beta~``, resample the dictionary among ALL pulled arms
+   with the batch-start variances (L11-L16, one coin per pull, i.e. ``1 - (1 -
+   min(1, q_bar s2_0))^{n_a}`` per arm, :func:`~botorch_sketch.linalg.sample_dictionary`
+   with its empty-draw fallback) and rebuild (L18).
+
+The initial points count toward the horizon ``T`` (as ``x_1`` in Alg. 1). Wall
+times exclude the oracle calls (the paper's runtimes exclude experimentation cost).
+BKB is BBKB with ``C = 1``: one point per batch, resampling at every step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from botorch_sketch import linalg
+from botorch_sketch.bbkb.exact import ExactPosterior
+from botorch_sketch.bbkb.kernels import KernelDiagFn, KernelFn
+from botorch_sketch.bbkb.schedules import BetaSchedule, make_schedule
+from botorch_sketch.bbkb.selection import StepRecord, select_batch
+from botorch_sketch.bbkb.state import (
+    DEFAULT_CHUNK_SIZE,
+    BatchState,
+    KernelColumnCache,
+    rebuild,
+)
+from botorch_sketch.bbkb.stopping import ProductRule, StoppingRule, make_rule
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "BanditResult",
+    "noisy_oracle",
+    "run_bbkb",
+    "run_gp_bucb",
+    "run_gp_ucb",
+    "run_uniform",
+    "uncertainty_sampling_init",
+    "uniform_regret",
+]
+
+Oracle = Callable[[Tensor], Tensor]
+
+
+@dataclass
+class BanditResult:
+    r"""Per-step record of a finite-arm run of ``T`` steps in ``B`` batches.
+
+    Attributes:
+        arms: ``T`` selected arm indices.
+        rewards: ``T`` observed (noisy) rewards.
+        batch_id: ``T`` batch of each step (0 = the initial points).
+        batch_size: ``T`` size of the batch containing each step.
+        dict_size: ``T`` dictionary size used to select each step (0 for the
+            initial points, the number of distinct pulled arms for exact GPs).
+        wall_time: ``T`` seconds since the start when the step was selected
+            (oracle time excluded).
+        regret: ``T`` instantaneous regret ``f* - f(x_t)`` if ``f_true`` was given.
+        batch_sizes: ``B`` batch sizes (batch 0 = initial points).
+        alphas: ``B`` UCB multipliers used per batch (``nan`` for batch 0).
+        total_time: Total seconds (oracle excluded).
+        final_state: Last frozen BBKB state (``None`` for other methods).
+    """
+
+    arms: Tensor
+    rewards: Tensor
+    batch_id: Tensor
+    batch_size: Tensor
+    dict_size: Tensor
+    wall_time: Tensor
+    regret: Tensor | None
+    batch_sizes: Tensor
+    alphas: Tensor
+    total_time: float
+    final_state: BatchState | None = None
+
+    @property
+    def num_batches(self) -> int:
+        """Number of batches ``B`` (the initial batch included)."""
+        return self.batch_sizes.numel()
+
+    @property
+    def cumulative_regret(self) -> Tensor:
+        """``R_t = sum_{s <= t} (f* - f(x_s))``, a ``T`` tensor."""
+        if self.regret is None:
+            raise ValueError("no regret recorded; pass f_true.")
+        return self.regret.cumsum(0)
+
+    def regret_ratio(self, f_true: Tensor) -> Tensor:
+        r"""``R_t / R_t^unif``, expected uniform regret (:func:`uniform_regret`)."""
+        t = torch.arange(1, self.arms.numel() + 1, dtype=f_true.dtype)
+        return self.cumulative_regret / uniform_regret(f_true, t)
+
+
+def uniform_regret(f_true: Tensor, t: Tensor | int) -> Tensor:
+    r"""Expected cumulative regret of uniform sampling, ``t (f* - mean_a f(a))``."""
+    return t * (f_true.max() - f_true.mean())
+
+
+def noisy_oracle(
+    f_true: Tensor, noise_std: float, generator: torch.Generator | None = None
+) -> Oracle:
+    r"""Oracle ``idx -> f(idx) + N(0, noise_std^2)`` with its own generator."""
+
+    def oracle(idx: Tensor) -> Tensor:
+        f = f_true[idx]
+        noise = torch.randn(f.shape, generator=generator, dtype=f.dtype)
+        return f + noise_std * noise
+
+    return oracle
+
+
+class _Recorder:
+    """Collects per-step and per-batch records and builds a :class:`BanditResult`."""
+
+    def __init__(
+        self, T: int, f_true: Tensor | None, progress: bool, desc: str
+    ) -> None:
+        self.T, self.f_true = T, f_true
+        self.arms: list[int] = []
+        self.rewards: list[float] = []
+        self.batch_id: list[int] = []
+        self.dict_size: list[int] = []
+        self.wall: list[float] = []
+        self.batch_sizes: list[int] = []
+        self.alphas: list[float] = []
+        self.t0 = time.perf_counter()
+        self.oracle_time = 0.0
+        self.pbar = None
+        if progress:
+            from tqdm.auto import tqdm  # lazy import
+
+            self.pbar = tqdm(total=T, desc=desc)
+
+    @property
+    def t(self) -> int:
+        return len(self.arms)
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0 - self.oracle_time
+
+    def step(self, arm: int, dict_size: int) -> None:
+        self.wall.append(self.now())
+        self.arms.append(arm)
+        self.batch_id.append(len(self.batch_sizes))
+        self.dict_size.append(dict_size)
+
+    def evaluate(self, oracle: Oracle, idx: Tensor) -> Tensor:
+        start = time.perf_counter()
+        y = oracle(idx)
+        self.oracle_time += time.perf_counter() - start
+        if y.shape != idx.shape:
+            raise ValueError(
+                f"the oracle returned shape {tuple(y.shape)} for {idx.numel()} arms."
+            )
+        return y
+
+    def end_batch(self, rewards: Tensor, alpha: float, dict_size: int) -> None:
+        n = rewards.numel()
+        self.rewards.extend(rewards.tolist())
+        self.batch_sizes.append(n)
+        self.alphas.append(alpha)
+        if self.pbar is not None:
+            self.pbar.update(n)
+            self.pbar.set_postfix(batch=n, m=dict_size, refresh=False)
+
+    def result(self, final_state: BatchState | None = None) -> BanditResult:
+        total = self.now()
+        if self.pbar is not None:
+            self.pbar.close()
+        arms = torch.tensor(self.arms, dtype=torch.long)
+        sizes = torch.tensor(self.batch_sizes, dtype=torch.long)
+        bid = torch.tensor(self.batch_id, dtype=torch.long)
+        regret = None
+        if self.f_true is not None:
+            regret = self.f_true.max() - self.f_true[arms]
+        return BanditResult(
+            arms=arms,
+            rewards=torch.tensor(self.rewards, dtype=torch.float64),
+            batch_id=bid,
+            batch_size=sizes[bid],
+            dict_size=torch.tensor(self.dict_size, dtype=torch.long),
+            wall_time=torch.tensor(self.wall, dtype=torch.float64),
+            regret=regret,
+            batch_sizes=sizes,
+            alphas=torch.tensor(self.alphas, dtype=torch.float64),
+            total_time=total,
+            final_state=final_state,
+        )
+
+
+def _make_generator(
+    generator: torch.Generator | None, seed: int | None
+) -> torch.Generator:
+    if generator is not None and seed is not None:
+        raise ValueError("pass either generator or seed, not both.")
+    if generator is not None:
+        return generator
+    g = torch.Generator()
+    if seed is not None:
+        g.manual_seed(int(seed))
+    else:
+        g.seed()
+    return g
+
+
+def _validate(
+    arms: Tensor, T: int, lam: float, f_true: Tensor | None, init: Tensor | None
+) -> Tensor:
+    if arms.dim() != 2:
+        raise ValueError(
+            f"arms must be an A x d tensor, got shape {tuple(arms.shape)}."
+        )
+    if arms.shape[0] == 0:
+        raise ValueError("the candidate set is empty (A = 0).")
+    if not arms.is_floating_point():
+        raise ValueError(f"arms must be floating point, got {arms.dtype}.")
+    if int(T) != T or T < 1:
+        raise ValueError(f"the horizon T must be an integer >= 1, got {T}.")
+    if not lam > 0:
+        raise ValueError(f"lam must be positive, got {lam}.")
+    A = arms.shape[0]
+    if f_true is not None and f_true.shape != (A,):
+        raise ValueError(
+            f"f_true must have shape ({A},) to match arms, got {tuple(f_true.shape)}."
+        )
+    if init is not None:
+        init = torch.as_tensor(init, dtype=torch.long).reshape(-1)
+        if init.numel() == 0:
+            raise ValueError("init must contain at least one arm index.")
+        if init.min() < 0 or init.max() >= A:
+            raise ValueError(f"init indices must lie in [0, {A}).")
+        if init.numel() > T:
+            raise ValueError(f"{init.numel()} initial arms exceed the horizon T = {T}.")
+    return arms.to(torch.float64)
+
+
+def _initial_batch(
+    rec: _Recorder,
+    arms: Tensor,
+    oracle: Oracle,
+    init: Tensor | None,
+    init_rewards: Tensor | None,
+    generator: torch.Generator,
+) -> tuple[Tensor, Tensor]:
+    A = arms.shape[0]
+    if init is None:
+        init = torch.randint(A, (1,), generator=generator)
+    init = torch.as_tensor(init, dtype=torch.long).reshape(-1)
+    for a in init.tolist():
+        rec.step(a, 0)
+    if init_rewards is not None:
+        y0 = torch.as_tensor(init_rewards, dtype=torch.float64).reshape(-1)
+        if y0.shape != init.shape:
+            raise ValueError(
+                f"init_rewards has {y0.numel()} values for {init.numel()} arms."
+            )
+    else:
+        y0 = rec.evaluate(oracle, init).to(torch.float64)
+    rec.end_batch(y0, math.nan, 0)
+    return init, y0
+
+
+def run_bbkb(
+    arms: Tensor,
+    oracle: Oracle,
+    T: int,
+    kernel: KernelFn,
+    kernel_diag: KernelDiagFn,
+    lam: float,
+    C: float = 2.0,
+    q_bar: float = 2.0,
+    rule: str | StoppingRule = "global",
+    beta: str | float | BetaSchedule = "paper",
+    *,
+    xi: float | None = None,
+    delta: float | None = None,
+    F: float = 1.0,
+    init: Tensor | None = None,
+    init_rewards: Tensor | None = None,
+    init_dictionary: str | Tensor = "all",
+    f_true: Tensor | None = None,
+    max_batch_size: int | None = None,
+    allow_repeats: bool = True,
+    lazy: bool = True,
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+    progress: bool = True,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    kernel_cache: bool = True,
+) -> BanditResult:
+    r"""Run BBKB (or BKB) on a finite arm set for ``T`` steps (Alg. 1).
+
+    Args:
+        arms: ``A x d`` candidate set (cast to float64).
+        oracle: ``idx -> rewards``, noisy feedback for a LongTensor of arm indices
+            (e.g. :func:`noisy_oracle`).
+        T: Horizon (number of evaluations, initial ones included).
+        kernel: Dense kernel ``k(X1, X2)``.
+        kernel_diag: Kernel diagonal ``k(X, X)``.
+        lam: Ridge ``lam`` (the paper's experiments suggest ``lam = xi^2``).
+        C: Batch threshold ``C~ >= 1`` (default 2, BBKB spec Sec. 5.4).
+        q_bar: Oversampling factor of the dictionary resampling.
+        rule: ``"global"`` (Global-BBKB), ``"global_local"`` (GlobalLocal-BBKB),
+            ``"local"``, ``"bkb"`` (``C = 1``) or a :class:`StoppingRule`.
+        beta: ``"paper"``, ``"reference_code"``, a fixed ``beta~`` (``alpha = C
+            beta``) or a :class:`BetaSchedule`.
+        xi: Noise std for ``beta~`` (default ``sqrt(lam)``).
+        delta: Confidence level (default ``1 / T``, App. D).
+        F: RKHS norm bound (default 1, App. D).
+        init: Initial arm indices (default: one uniformly random arm).
+        init_rewards: Their rewards if already known (else the oracle is called).
+        init_dictionary: ``"all"`` (the distinct initial arms), ``"bless"``
+            (:func:`~botorch_sketch.linalg.bless_dictionary` on them) or indices.
+        f_true: Optional ``A`` noiseless values, to record the regret.
+        max_batch_size: Optional cap on the batch size (an extension).
+        allow_repeats: Allow repeated arms within a batch (paper default).
+        lazy: Lazy UCB evaluation (default) or eager downdates.
+        generator: ``torch.Generator`` for the random choices of the algorithm.
+        seed: Seed for a fresh generator (instead of ``generator``).
+        progress: Show a ``tqdm`` progress bar.
+        chunk_size: Rows embedded at once in rebuilds.
+        kernel_cache: Reuse kernel columns of dictionary points across rebuilds
+            (:class:`~botorch_sketch.bbkb.state.KernelColumnCache`).
+
+    Returns:
+        A :class:`BanditResult`.
+    """
+    arms = _validate(arms, T, lam, f_true, init)
+    if not q_bar > 0:
+        raise ValueError(f"q_bar must be positive, got {q_bar}.")
+    if isinstance(rule, str) and rule == "bkb":
+        C = 1.0
+    rule_obj = make_rule(rule, C)
+    if not C >= 1:
+        raise ValueError(f"the batch threshold C must be >= 1, got {C}.")
+    g = _make_generator(generator, seed)
+    xi = math.sqrt(lam) if xi is None else xi
+    delta = 1.0 / (T + 1) if delta is None else delta
+    schedule = make_schedule(beta, C=C, lam=lam, xi=xi, delta=delta, F=F)
+    A = arms.shape[0]
+    rec = _Recorder(
+        T, f_true, progress, desc=f"BBKB[{getattr(rule, '__name__', rule)}]"
+    )
+
+    init_idx, y0 = _initial_batch(rec, arms, oracle, init, init_rewards, g)
+    kdiag = kernel_diag(arms)
+    cache = KernelColumnCache(arms, kernel) if kernel_cache else None
+    counts = torch.zeros(A, dtype=torch.float64).index_add_(
+        0, init_idx, torch.ones_like(y0)
+    )
+    sums = torch.zeros(A, dtype=torch.float64).index_add_(0, init_idx, y0)
+    uniq = torch.unique(init_idx)
+    if isinstance(init_dictionary, str):
+        if init_dictionary == "all":
+            S = uniq
+        elif init_dictionary == "bless":
+            S = uniq[
+                linalg.bless_dictionary(arms[uniq], kernel, kernel_diag, lam, q_bar, g)
+            ]
+        else:
+            raise ValueError(f"unknown init_dictionary {init_dictionary!r}.")
+    else:
+        S = torch.as_tensor(init_dictionary, dtype=torch.long)
+    state = rebuild(
+        arms,
+        kernel,
+        kernel_diag,
+        S,
+        counts,
+        sums,
+        lam,
+        kdiag=kdiag,
+        chunk_size=chunk_size,
+        cache=cache,
+    )
+    schedule.initialize(state, init_idx)
+
+    while rec.t < T:
+        alpha = schedule.alpha
+        m = state.dict_size
+
+        def record(step: StepRecord, m: int = m) -> None:
+            rec.step(step.arm, m)
+
+        cap = T - rec.t if max_batch_size is None else min(max_batch_size, T - rec.t)
+        batch = select_batch(
+            state,
+            alpha,
+            rule_obj,
+            max_batch_size=cap,
+            allow_repeats=allow_repeats,
+            lazy=lazy,
+            recorder=record,
+        )
+        idx = torch.tensor(batch, dtype=torch.long)
+        y = rec.evaluate(oracle, idx).to(torch.float64)
+        rec.end_batch(y, alpha, m)
+        schedule.update(state.s2_0[idx])
+        counts.index_add_(0, idx, torch.ones_like(y))
+        sums.index_add_(0, idx, y)
+        if rec.t >= T:
+            break
+        pulled = (counts > 0).nonzero().squeeze(-1)
+        draw = linalg.sample_dictionary(state.s2_0[pulled], q_bar, counts[pulled], g)
+        if draw.fallback:
+            logger.info("empty dictionary draw at t=%d; kept the argmax point.", rec.t)
+        state = rebuild(
+            arms,
+            kernel,
+            kernel_diag,
+            pulled[draw.selected],
+            counts,
+            sums,
+            lam,
+            kdiag=kdiag,
+            chunk_size=chunk_size,
+            cache=cache,
+        )
+    return rec.result(final_state=state)
+
+
+def run_gp_bucb(
+    arms: Tensor,
+    oracle: Oracle,
+    T: int,
+    kernel: KernelFn,
+    kernel_diag: KernelDiagFn,
+    lam: float,
+    C: float = 2.0,
+    beta: str | float = "paper",
+    *,
+    rule: str | StoppingRule | None = None,
+    xi: float | None = None,
+    delta: float | None = None,
+    F: float = 1.0,
+    init: Tensor | None = None,
+    init_rewards: Tensor | None = None,
+    f_true: Tensor | None = None,
+    max_batch_size: int | None = None,
+    allow_repeats: bool = True,
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+    progress: bool = True,
+) -> BanditResult:
+    r"""Exact GP-BUCB (Desautels et al. 2014; BBKB Alg. 2) on a finite arm set.
+
+    ``u_t(a) = mu_fb(a) + alpha_fb sigma_t(a)`` with the exact posterior
+    (:class:`~botorch_sketch.bbkb.exact.ExactPosterior`, hallucinated variances),
+    ``alpha_fb = C beta_fb``, and the batch ends when ``prod_{s in batch} (1 +
+    sigma^2_{s-1}(x_s)) > C`` (:class:`ProductRule`; the crossing point belongs to
+    the batch). ``beta="paper"`` uses Prop. 5 with the exact ``logdet``:
+    ``beta = 2 xi sqrt(logdet(I + K_fb / lam) + log(1/delta)) + (1 + sqrt 2)
+    sqrt(lam) F`` ([INFERENCE], the paper does not print the baselines' beta); a
+    number gives a fixed ``beta``. Eager ``O(t A)`` updates per step: ``O(T^2 A)``
+    in total, meant for ``T <= 2000``. ``C = 1`` is GP-UCB. ``rule`` can replace
+    the product rule (e.g. ``"global"`` gives the improved GP-BUCB with the sum
+    rule of Lemma 1 under an exact dictionary).
+
+    Args: as :func:`run_bbkb`.
+
+    Returns:
+        A :class:`BanditResult` (``dict_size`` = number of distinct pulled arms).
+    """
+    arms = _validate(arms, T, lam, f_true, init)
+    rule_obj = ProductRule(C) if rule is None else make_rule(rule, C)
+    g = _make_generator(generator, seed)
+    xi = math.sqrt(lam) if xi is None else xi
+    delta = 1.0 / (T + 1) if delta is None else delta
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must lie in (0, 1), got {delta}.")
+    rec = _Recorder(T, f_true, progress, desc="GP-BUCB" if C > 1 else "GP-UCB")
+    init_idx, y0 = _initial_batch(rec, arms, oracle, init, init_rewards, g)
+    post = ExactPosterior(arms, kernel, kernel_diag, lam, capacity=max(256, T))
+    for a in init_idx.tolist():
+        post.add(a)
+    post.observe(y0)
+
+    while rec.t < T:
+        if isinstance(beta, str):
+            if beta != "paper":
+                raise ValueError(f"unknown beta {beta!r} for GP-BUCB.")
+            b = 2 * xi * math.sqrt(post.logdet() + math.log(1 / delta))
+            b += (1 + math.sqrt(2)) * math.sqrt(lam) * F
+        else:
+            b = float(beta)
+        alpha = C * b
+        mu = post.mean()
+        m = len(set(post.points))
+        cap = T - rec.t if max_batch_size is None else min(max_batch_size, T - rec.t)
+        state = _ExactStateView(post) if rule is not None else None
+        rule_obj.start(state)
+        batch: list[int] = []
+        masked = torch.zeros(arms.shape[0], dtype=torch.bool)
+        while True:
+            var = post.variance()
+            u = mu + alpha * var.sqrt()
+            if not allow_repeats:
+                u = u.masked_fill(masked, -math.inf)
+            i = int(torch.argmax(u))
+            rec.step(i, m)
+            batch.append(i)
+            masked[i] = True
+            post.add(i)
+            stop = rule_obj.update(i, float(var[i]))
+            if stop or len(batch) >= cap or bool(masked.all() and not allow_repeats):
+                break
+        idx = torch.tensor(batch, dtype=torch.long)
+        y = rec.evaluate(oracle, idx).to(torch.float64)
+        post.observe(y)
+        rec.end_batch(y, alpha, m)
+    return rec.result()
+
+
+class _ExactStateView:
+    """Minimal stand-in for :class:`BatchState` so the global rule can run on an
+    exact posterior (batch-start variances only)."""
+
+    def __init__(self, post: ExactPosterior) -> None:
+        self.s2_0 = post.variance()
+
+
+def run_gp_ucb(
+    arms: Tensor,
+    oracle: Oracle,
+    T: int,
+    kernel: KernelFn,
+    kernel_diag: KernelDiagFn,
+    lam: float,
+    beta: str | float = "paper",
+    **kwargs,
+) -> BanditResult:
+    r"""Exact sequential GP-UCB (Srinivas et al. 2010): ``run_gp_bucb``, ``C = 1``."""
+    return run_gp_bucb(
+        arms, oracle, T, kernel, kernel_diag, lam, C=1.0, beta=beta, **kwargs
+    )
+
+
+def run_uniform(
+    num_arms: int,
+    oracle: Oracle,
+    T: int,
+    *,
+    f_true: Tensor | None = None,
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+) -> BanditResult:
+    r"""Uniformly random arms, one batch of ``T`` (the regret-ratio baseline)."""
+    if num_arms < 1:
+        raise ValueError("the candidate set is empty (A = 0).")
+    g = _make_generator(generator, seed)
+    rec = _Recorder(T, f_true, False, desc="uniform")
+    idx = torch.randint(num_arms, (T,), generator=g)
+    for a in idx.tolist():
+        rec.step(a, 0)
+    rec.end_batch(rec.evaluate(oracle, idx).to(torch.float64), math.nan, 0)
+    return rec.result()
+
+
+def uncertainty_sampling_init(
+    arms: Tensor,
+    kernel: KernelFn,
+    kernel_diag: KernelDiagFn,
+    lam: float,
+    P: float,
+    max_points: int = 1000,
+) -> Tensor:
+    r"""Uncertainty-sampling initialisation (BBKB Alg. 3, App. A.5).
+
+    ``x_1 = argmax sigma_0^2``; while the variance of the last chosen point at its
+    selection, ``sigma^2_{T-1}(x_T)``, is ``>= 1/P`` (variances, spec Sec. 7.2),
+    add ``argmax sigma^2_{T-1}``. Needs no feedback, so the whole set can be
+    evaluated as one parallel batch; afterwards ``max sigma^2 <= gamma / T_init``
+    (Prop. 4), which makes later BBKB batches at least ``P (C~ - 1) / 3`` long.
+    Exact variances, ``O(T_init^2 A)``. Ties go to the lowest index.
+
+    Args:
+        arms: ``A x d`` candidate set.
+        kernel: Dense kernel callable.
+        kernel_diag: Kernel diagonal callable.
+        lam: Ridge (variances in RLS units ``sigma^2 = var / lam``).
+        P: Target minimum parallelism ``> 0``.
+        max_points: Cap on ``T_init``.
+
+    Returns:
+        LongTensor of the selected arm indices (distinct unless all are explained).
+    """
+    if not P > 0:
+        raise ValueError(f"P must be positive, got {P}.")
+    if max_points < 1:
+        raise ValueError(f"max_points must be >= 1, got {max_points}.")
+    arms = _validate(arms, max_points, lam, None, None)
+    post = ExactPosterior(
+        arms, kernel, kernel_diag, lam, capacity=min(max_points, 1024)
+    )
+    chosen: list[int] = []
+    while True:
+        var = post.variance()
+        i = int(torch.argmax(var))
+        chosen.append(i)
+        post.add(i)
+        if float(var[i]) < 1.0 / P or len(chosen) >= max_points:
+            break
+    if len(chosen) >= max_points:
+        logger.warning("uncertainty sampling stopped at max_points=%d.", max_points)
+    return torch.tensor(chosen, dtype=torch.long)

@@ -1,0 +1,192 @@
+"""Bandit loops: reproducibility, batch growth, BKB, exact baselines, validation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from botorch_sketch.bbkb import (
+    ExactPosterior,
+    noisy_oracle,
+    rbf_kernel,
+    run_bbkb,
+    run_gp_bucb,
+    run_gp_ucb,
+    run_uniform,
+    uncertainty_sampling_init,
+    uniform_regret,
+)
+
+from .conftest import DT
+
+
+def problem(A=300, d=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(A, d, generator=g, dtype=DT)
+    f = torch.exp(-((X - 0.6) ** 2).sum(-1) / 0.1)
+    return X, f
+
+
+def run(X, f, T, **kw):
+    k, kd = rbf_kernel(kw.pop("ls", 0.2))
+    oracle = noisy_oracle(f, 0.01, torch.Generator().manual_seed(123))
+    kw.setdefault("lam", 1e-2)
+    kw.setdefault("xi", 0.01)
+    return run_bbkb(X, oracle, T, k, kd, f_true=f, progress=False, **kw)
+
+
+def test_seeded_runs_reproduce_exactly():
+    X, f = problem()
+    for rule in ("global", "global_local"):
+        a = run(X, f, 120, seed=5, rule=rule)
+        b = run(X, f, 120, seed=5, rule=rule)
+        assert torch.equal(a.arms, b.arms) and torch.equal(a.rewards, b.rewards)
+        assert torch.equal(a.dict_size, b.dict_size)
+        assert torch.equal(a.batch_sizes, b.batch_sizes)
+    c = run(X, f, 120, seed=6)
+    assert not torch.equal(a.arms[:1], c.arms[:1]) or not torch.equal(a.arms, c.arms)
+
+
+def test_result_bookkeeping_and_horizon_cut():
+    X, f = problem()
+    res = run(X, f, 150, seed=0)
+    assert res.arms.shape == (150,) and res.batch_sizes.sum() == 150
+    assert torch.equal(res.batch_size, res.batch_sizes[res.batch_id])
+    assert res.batch_sizes[0] == 1 and res.dict_size[0] == 0  # x_1 uniform, S_0 = {}
+    assert (res.wall_time.diff() >= 0).all()
+    assert torch.allclose(res.regret, f.max() - f[res.arms])
+    ratio = res.regret_ratio(f)
+    t = torch.arange(1, 151, dtype=DT)
+    assert torch.allclose(ratio, res.regret.cumsum(0) / (t * (f.max() - f.mean())))
+    assert ratio[-1] < 0.8
+    assert res.final_state is not None and res.final_state.dict_size >= 1
+
+
+def test_batch_sizes_grow_on_smooth_problem():
+    X, f = problem(A=2000, seed=1)
+    res = run(X, f, 600, seed=0)
+    early = res.batch_size[1:150].double().mean()
+    late = res.batch_size[400:].double().mean()
+    assert late > 3 * early, (early, late)
+    assert res.num_batches < 600 / 3
+    assert res.regret_ratio(f)[-1] < 0.4
+
+
+def test_bkb_and_c_one_give_batches_of_one():
+    X, f = problem(A=100)
+    for kw in ({"rule": "bkb", "C": 3.0}, {"rule": "global", "C": 1.0}):
+        res = run(X, f, 25, seed=0, **kw)
+        assert (res.batch_sizes == 1).all() and res.num_batches == 25
+
+
+def test_max_batch_size_and_no_repeats():
+    X, f = problem(A=200)
+    res = run(X, f, 200, seed=0, max_batch_size=4, C=50.0, allow_repeats=False)
+    assert res.batch_sizes.max() <= 4
+    for b in range(res.num_batches):
+        arms = res.arms[res.batch_id == b]
+        assert arms.unique().numel() == arms.numel()
+
+
+def test_huge_q_bar_matches_exact_gp_posterior():
+    """Every pulled arm in the dictionary: BBKB's UCB == exact GP-BUCB's UCB."""
+    X, f = problem(A=150)
+    res = run(X, f, 60, seed=0, q_bar=1e12, beta=0.5)
+    state = res.final_state
+    # The final state was rebuilt after the penultimate batch: replay its data.
+    n_before = int(res.batch_sizes[:-1].sum())
+    pulled = res.arms[:n_before]
+    assert torch.equal(state.S_idx, pulled.unique())
+    k, kd = rbf_kernel(0.2)
+    post = ExactPosterior(X, k, kd, 1e-2)
+    for a in pulled.tolist():
+        post.add(a)
+    post.observe(res.rewards[:n_before])
+    assert torch.allclose(state.mu, post.mean(), atol=1e-8)
+    assert torch.allclose(state.s2_0, post.variance(), atol=1e-8)
+    alpha = float(res.alphas[-1])
+    u_bbkb = state.mu + alpha * state.s2_0.sqrt()
+    u_exact = post.mean() + alpha * post.variance().sqrt()
+    assert torch.allclose(u_bbkb, u_exact, atol=1e-8)
+
+
+def test_exact_baselines():
+    X, f = problem(A=150)
+    k, kd = rbf_kernel(0.2)
+    oracle = noisy_oracle(f, 0.01, torch.Generator().manual_seed(0))
+    ucb = run_gp_ucb(
+        X, oracle, 40, k, kd, 1e-2, xi=0.01, seed=0, f_true=f, progress=False
+    )
+    assert (ucb.batch_sizes == 1).all()
+    bucb = run_gp_bucb(
+        X, oracle, 80, k, kd, 1e-2, C=4.0, xi=0.01, seed=0, f_true=f, progress=False
+    )
+    assert bucb.batch_sizes.sum() == 80 and bucb.batch_sizes.max() > 1
+    # Product rule: every proper prefix has prod(1 + sigma^2_{s-1}(x_s)) <= C.
+    # Replay with an exact posterior to get the hallucinated variances.
+    post = ExactPosterior(X, k, kd, 1e-2)
+    start = 0
+    for b, size in enumerate(bucb.batch_sizes.tolist()):
+        idx = bucb.arms[start : start + size].tolist()
+        prod = 1.0
+        for j, a in enumerate(idx):
+            prod *= 1.0 + float(post.variance()[a])
+            post.add(a)
+            if b > 0 and j < size - 1:
+                assert prod <= 4.0
+        if b > 0 and start + size < 80:
+            assert prod > 4.0
+        post.observe(bucb.rewards[start : start + size])
+        start += size
+    uni = run_uniform(150, oracle, 500, f_true=f, seed=0)
+    assert uni.regret.sum() / uniform_regret(f, 500) == pytest.approx(1.0, abs=0.15)
+
+
+def test_uncertainty_sampling_init():
+    X, f = problem(A=200)
+    k, kd = rbf_kernel(0.3)
+    P = 5.0
+    idx = uncertainty_sampling_init(X, k, kd, 0.1, P)
+    post = ExactPosterior(X, k, kd, 0.1)
+    for j, a in enumerate(idx.tolist()):
+        var = post.variance()
+        assert a == int(torch.argmax(var))
+        if j < idx.numel() - 1:
+            assert float(var[a]) >= 1 / P
+        else:
+            assert float(var[a]) < 1 / P
+        post.add(a)
+    res = run(X, f, idx.numel() + 30, seed=0, init=idx, ls=0.3, lam=0.1)
+    assert res.batch_sizes[0] == idx.numel()
+
+
+def test_loop_validation():
+    X, f = problem(A=50)
+    k, kd = rbf_kernel(0.2)
+    orc = noisy_oracle(f, 0.01)
+    with pytest.raises(ValueError, match="empty"):
+        run_bbkb(X[:0], orc, 10, k, kd, 0.1, progress=False)
+    with pytest.raises(ValueError, match="f_true"):
+        run_bbkb(X, orc, 10, k, kd, 0.1, f_true=f[:-1], progress=False)
+    with pytest.raises(ValueError, match="A x d"):
+        run_bbkb(X[0], orc, 10, k, kd, 0.1, progress=False)
+    with pytest.raises(ValueError, match="C must be"):
+        run_bbkb(X, orc, 10, k, kd, 0.1, C=0.5, progress=False)
+    with pytest.raises(ValueError, match="init indices"):
+        run_bbkb(X, orc, 10, k, kd, 0.1, init=torch.tensor([99]), progress=False)
+    with pytest.raises(ValueError, match="init_rewards"):
+        run_bbkb(
+            X,
+            orc,
+            10,
+            k,
+            kd,
+            0.1,
+            init=torch.tensor([1, 2]),
+            init_rewards=torch.zeros(3),
+            progress=False,
+        )
+    with pytest.raises(ValueError, match="horizon"):
+        run_bbkb(X, orc, 0, k, kd, 0.1, progress=False)
+    with pytest.raises(ValueError, match="max_batch_size"):
+        run_bbkb(X, orc, 10, k, kd, 0.1, max_batch_size=0, progress=False)
