@@ -330,13 +330,33 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
         r = self._train_Y - self.mean_module(X)
         return S, W, Z, r, self._noise()
 
+    def _hyperparameter_key(self) -> tuple[Tensor, ...]:
+        return tuple(p.detach().clone() for p in self.parameters())
+
     def _posterior_cache(self) -> dict[str, Any]:
+        """Posterior caches, rebuilt when data, dictionary or hyperparameters change.
+
+        Unlike ``ExactGP``, which keeps its caches until ``train()`` is called, we
+        compare the hyperparameters on every call (a few small tensors), so setting
+        e.g. ``model.covar_module.lengthscale`` in eval mode is never served stale.
+        """
+        key = self._hyperparameter_key()
+        if self._cache is not None and not all(
+            torch.equal(a, b) for a, b in zip(key, self._cache["key"], strict=True)
+        ):
+            self._cache = None
         if self._cache is None:
             with torch.no_grad():
                 S, W, Z, r, noise = self._train_terms()
                 factor = linalg.dtc_factor(Z, r, noise)
                 predictor = linalg.dtc_predictor(W, factor)
-            self._cache = {"S": S, "W": W, "factor": factor, "predictor": predictor}
+            self._cache = {
+                "S": S,
+                "W": W,
+                "factor": factor,
+                "predictor": predictor,
+                "key": key,
+            }
         return self._cache
 
     def compute_custom_loss(self, mll: MarginalLogLikelihood, **kwargs: Any) -> Tensor:

@@ -273,6 +273,18 @@ class TestNystromGPDictionary(BotorchTestCase):
         self.assertTrue(torch.equal(a.dictionary_indices, b.dictionary_indices))
         self.assertLess(a.dictionary_size, 34)
 
+    def test_hyperparameter_change_refreshes_posterior(self):
+        X, Y = make_data()
+        model = NystromGP(X, Y, dictionary="all").eval()
+        Xt = torch.rand(3, 2, dtype=DT)
+        before = model.posterior(Xt).variance
+        model.covar_module.lengthscale = 0.05  # in eval mode, no train() call
+        after = model.posterior(Xt).variance
+        fresh = NystromGP(X, Y, dictionary="all")
+        fresh.load_state_dict(model.state_dict())
+        self.assertFalse(torch.allclose(before, after))
+        self.assertAllClose(after, fresh.posterior(Xt).variance)
+
     def test_max_dictionary_size_caps_every_draw(self):
         X, Y = make_data(n=60)
         model = NystromGP(X, Y, seed=0, q_bar=1e12, max_dictionary_size=15)

@@ -1,0 +1,481 @@
+r"""The BBKB upper confidence bound as a BoTorch acquisition function.
+
+BBKB (Calandriello, Carratino, Lazaric, Valko & Rosasco, "Near-linear time Gaussian
+process optimization with adaptive batching and resparsification", ICML 2020)
+builds a batch greedily with the UCB of Sec. 3.1
+
+    u~_t(x) = mu~_fb(x) + alpha~ * sigma~_t(x),
+
+where
+
+- ``mu~_fb`` is the DTC posterior mean at the start of the batch (feedback up to
+  ``fb(t)``); it is FROZEN during the batch, pending points do not move it;
+- ``sigma~_t`` is the DTC posterior standard deviation in "RLS units" with every
+  pending point hallucinated into the posterior through the FROZEN Nyström
+  embedding ``z(x) = W^T k_S(x)`` (Alg. 1 L7, spec Sec. 4.2).
+
+In the GP units of :class:`~botorch_sketch.models.NystromGP` (latent variance, noise
+``lam``), with ``A = I + Z^T N^{-1} Z = L L^T`` the factor of the model and ``Z_p``
+(``p x r``) the embedded pending points,
+
+    A_t     = A + Z_p^T Z_p / lam = L_t L_t^T                              (r x r)
+    var_t(x) = k(x, x) - ||z(x)||^2 + ||L_t^{-1} z(x)||^2                  (Eqs. 2-3)
+    sigma~_t^2(x) = var_t(x) / lam                                       (App. A.1)
+
+This is exactly the variance of the DTC model conditioned on fantasy observations
+at the pending points (any values, e.g. the posterior mean: DTC variances do not
+depend on the targets), i.e. ``model.condition_on_observations(X_p, Y_p)``, but
+costs ``O(p r^2)`` once (``p`` rank-one Cholesky updates, or one re-factorisation
+when ``p >= r``) instead of a refit.
+
+**Units.** ``alpha`` is the paper's ``alpha~``, multiplying the RLS-unit standard
+deviation ``sigma~ = sigma_GP / sqrt(lam)``, so ``alpha`` carries the units of the
+outcome. With BoTorch's ``UpperConfidenceBound(beta)`` (``mu + sqrt(beta) sigma_GP``)
+the two agree for ``alpha = sqrt(beta * lam)``
+(:meth:`BatchUpperConfidenceBound.from_botorch_beta`,
+:func:`botorch_sketch.bbkb.schedules.alpha_from_botorch_beta`); here ``lam`` is the
+noise variance in the outcome units of the posterior, i.e. after undoing an
+outcome transform such as ``Standardize`` (:attr:`BatchUpperConfidenceBound.lam`).
+``sigma~`` itself does not depend on the outcome scaling.
+
+Cost: ``O(m r^2 + p r^2)`` to build the cache (``m`` dictionary points, ``r <= m``
+embedding rank, ``p`` pending points), then ``O(q (m d + m r))`` per evaluation of
+``q`` points (one kernel row ``k(x, S)`` and one product with an ``m x 3r`` basis).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, NamedTuple
+
+import torch
+from botorch.acquisition.acquisition import AcquisitionFunction
+from botorch.acquisition.analytic import AnalyticAcquisitionFunction
+from botorch.acquisition.objective import (
+    PosteriorTransform,
+    ScalarizedPosteriorTransform,
+)
+from botorch.exceptions.errors import UnsupportedError
+from botorch.utils.transforms import t_batch_mode_transform
+from gpytorch.likelihoods import FixedNoiseGaussianLikelihood
+from torch import Tensor
+
+from botorch_sketch import linalg
+from botorch_sketch.models.nystrom import NystromGP
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["BatchUpperConfidenceBound", "pending_cholesky"]
+
+#: Variances (RLS units) are clamped at this value before the square root, so the
+#: gradient of ``sigma~`` stays finite where the posterior is certain.
+MIN_RLS_VARIANCE = 1e-12
+
+
+def pending_cholesky(L: Tensor, V: Tensor) -> Tensor:
+    r"""Cholesky factor of ``L L^T + V^T V`` (hallucinating the rows of ``V``).
+
+    For ``p < r`` rows this applies ``p`` rank-one updates
+    (:func:`~botorch_sketch.linalg.cholesky_rank_one_update`, ``O(p r^2)``); for
+    ``p >= r`` one re-factorisation of the ``r x r`` matrix is cheaper
+    (``O(p r^2 + r^3)``). Both are factor updates: no inverse is formed.
+
+    Args:
+        L: ``r x r`` lower Cholesky factor.
+        V: ``p x r`` rows to add (here ``z(x_p) / sqrt(lam)``).
+
+    Returns:
+        The ``r x r`` lower Cholesky factor of ``L L^T + V^T V``.
+    """
+    p, r = V.shape
+    if p == 0 or r == 0:
+        return L
+    if p < r:
+        for row in V:
+            L = linalg.cholesky_rank_one_update(L, row)
+        return L
+    A = L @ L.mT + V.mT @ V
+    return torch.linalg.cholesky(0.5 * (A + A.mT))
+
+
+class _FrozenCache(NamedTuple):
+    r"""Batch-start quantities of :class:`BatchUpperConfidenceBound`.
+
+    Attributes:
+        source: The model's ``DTCFactor`` this cache was built from (identity is
+            used to detect a rebuilt model cache).
+        X_pending: The (untransformed) pending points hallucinated into ``chol``.
+        S: ``m x d`` dictionary points (transformed inputs).
+        basis: ``m x 3r`` matrix ``[W | W L^{-T} | W L_t^{-T}]``: one product with
+            ``k_S(x)`` gives ``z(x)``, ``L^{-1} z(x)`` (mean) and ``L_t^{-1} z(x)``
+            (hallucinated variance).
+        coef: ``r`` vector ``c = L^{-1} Z^T N^{-1} (y - m)`` (mean weights).
+        chol: ``r x r`` factor ``L_t`` of ``A_t = A + Z_p^T Z_p / lam``.
+        lam: Noise variance ``lam`` in model (transformed-outcome) units, a scalar.
+    """
+
+    source: Any
+    X_pending: Tensor | None
+    S: Tensor
+    basis: Tensor
+    coef: Tensor
+    chol: Tensor
+    lam: Tensor
+
+
+class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
+    r"""BBKB's batch UCB ``u(x) = mu_fb(x) + alpha sigma~_t(x)`` (ICML 2020 Sec. 3.1).
+
+    Single-outcome, ``q = 1``, for an unbatched
+    :class:`~botorch_sketch.models.NystromGP`. ``mu_fb`` is the model's posterior
+    mean (unaffected by ``X_pending``); ``sigma~_t = sqrt(var_t / lam)`` is the
+    posterior standard deviation in RLS units after hallucinating ``X_pending``
+    through the frozen embedding (module docstring). With ``X_pending = None``
+    this is ``UpperConfidenceBound(beta = alpha^2 / lam)``.
+
+    ``posterior_transform`` may be a :class:`ScalarizedPosteriorTransform` with a
+    single weight ``+1`` or ``-1`` (``-1`` minimises: the mean flips sign, ``sigma~``
+    does not change); the offset is added to the mean. ``maximize=False`` flips the
+    sign of the mean as in ``UpperConfidenceBound``.
+
+    Example:
+        >>> model = NystromGP(train_X, train_Y, seed=0)
+        >>> bucb = BatchUpperConfidenceBound(model, alpha=1.0, X_pending=X_batch)
+        >>> x, val = optimize_acqf(bucb, bounds, q=1, num_restarts=8, raw_samples=256)
+    """
+
+    def __init__(
+        self,
+        model: NystromGP,
+        alpha: float | Tensor,
+        posterior_transform: PosteriorTransform | None = None,
+        maximize: bool = True,
+        X_pending: Tensor | None = None,
+    ) -> None:
+        r"""Batch UCB with hallucinated pending points.
+
+        Args:
+            model: A single-output, unbatched ``NystromGP`` (homoscedastic noise, or a
+                fixed-noise likelihood, whose mean training noise is then used as
+                ``lam`` for the pending points).
+            alpha: The paper's ``alpha~ >= 0`` in RLS units (multiplies
+                ``sigma_GP / sqrt(lam)``); see :meth:`from_botorch_beta`.
+            posterior_transform: ``None`` or a ``ScalarizedPosteriorTransform`` with
+                one weight equal to ``+1`` or ``-1``.
+            maximize: If ``False``, the mean enters with a minus sign.
+            X_pending: ``p x d`` points selected but not yet evaluated (original
+                input space), hallucinated into the variance.
+        """
+        super().__init__(model=model, posterior_transform=posterior_transform)
+        _validate_model(model)
+        self._sign, self._offset = _validate_posterior_transform(posterior_transform)
+        alpha_t = torch.as_tensor(alpha, dtype=torch.float64)
+        if alpha_t.numel() != 1 or not bool(torch.isfinite(alpha_t)) or alpha_t < 0:
+            raise ValueError(
+                f"alpha must be a finite non-negative scalar, got {alpha!r}."
+            )
+        self.register_buffer("alpha", alpha_t.reshape(()))
+        self.maximize = maximize
+        self._frozen: _FrozenCache | None = None
+        self.set_X_pending(X_pending)
+
+    @classmethod
+    def from_botorch_beta(
+        cls,
+        model: NystromGP,
+        beta: float,
+        posterior_transform: PosteriorTransform | None = None,
+        maximize: bool = True,
+        X_pending: Tensor | None = None,
+    ) -> BatchUpperConfidenceBound:
+        r"""Build from BoTorch's UCB ``beta``: ``alpha = sqrt(beta * lam)``.
+
+        ``lam`` is the noise variance in the outcome units of the posterior
+        (:attr:`lam`), so that ``alpha sigma~ = sqrt(beta) sigma_GP`` and, without
+        pending points, the value equals ``UpperConfidenceBound(model, beta)``.
+        """
+        if not (math.isfinite(float(beta)) and float(beta) >= 0):
+            raise ValueError(f"beta must be a finite non-negative number, got {beta}.")
+        _validate_model(model)
+        lam = _outcome_noise(model, _noise_level(model))
+        alpha = math.sqrt(float(beta) * float(lam))
+        return cls(
+            model,
+            alpha=alpha,
+            posterior_transform=posterior_transform,
+            maximize=maximize,
+            X_pending=X_pending,
+        )
+
+    @property
+    def lam(self) -> float:
+        r"""Noise variance ``lam`` in the posterior's outcome units (``Standardize``
+        undone). ``sigma~ = sigma_GP / sqrt(lam)`` with ``sigma_GP`` the std of
+        ``model.posterior``."""
+        return float(_outcome_noise(self.model, _noise_level(self.model)))
+
+    def set_X_pending(self, X_pending: Tensor | None = None) -> None:
+        r"""Set the pending points hallucinated into the variance (BoTorch semantics).
+
+        The cached factor is rebuilt lazily at the next evaluation; if the new
+        ``X_pending`` extends the previous one (same first rows), only the new rows
+        are added (``O(r^2)`` per row), which is what a sequential batch does.
+
+        Args:
+            X_pending: ``p x d`` pending points, or ``None``.
+        """
+        if X_pending is not None:
+            if X_pending.dim() != 2:
+                raise ValueError(
+                    f"X_pending must be a p x d tensor, got {tuple(X_pending.shape)}."
+                )
+            d = _input_dim(self.model)
+            if X_pending.shape[-1] != d:
+                raise ValueError(
+                    f"X_pending has {X_pending.shape[-1]} columns, the model has d={d}."
+                )
+        AcquisitionFunction.set_X_pending(self, X_pending)
+
+    # ------------------------------------------------------------------------------
+    # Evaluation
+    # ------------------------------------------------------------------------------
+
+    @t_batch_mode_transform(expected_q=1)
+    def forward(self, X: Tensor) -> Tensor:
+        r"""Evaluate ``u(x) = s mu_fb(x) + o + alpha sigma~_t(x)`` (``s = +-1``).
+
+        Args:
+            X: A ``batch_shape x 1 x d`` tensor of points (t-batches of ``q = 1``).
+
+        Returns:
+            A ``batch_shape`` tensor of UCB values (float64).
+        """
+        mean, rls_var = self._mean_and_rls_variance(X)
+        mean = self._sign * mean + self._offset
+        if not self.maximize:
+            mean = -mean
+        sigma = rls_var.clamp_min(MIN_RLS_VARIANCE).sqrt()
+        return (mean + self.alpha * sigma).squeeze(-1)
+
+    def rls_variance(self, X: Tensor) -> Tensor:
+        r"""Hallucinated variance ``sigma~^2_t(x) = var_t(x) / lam`` in RLS units.
+
+        Args:
+            X: ``batch_shape x q x d`` points (original input space).
+
+        Returns:
+            A ``batch_shape x q`` tensor, clamped at zero.
+        """
+        return self._mean_and_rls_variance(X)[1]
+
+    def posterior_mean(self, X: Tensor) -> Tensor:
+        r"""Frozen mean ``mu_fb(x)`` in the outcome space (no transform applied).
+
+        Args:
+            X: ``batch_shape x q x d`` points.
+
+        Returns:
+            A ``batch_shape x q`` tensor equal to ``model.posterior(X).mean[..., 0]``.
+        """
+        return self._mean_and_rls_variance(X)[0]
+
+    def rls_covariance(self, X1: Tensor, X2: Tensor) -> Tensor:
+        r"""Hallucinated covariance in RLS units (BBKB Eq. 2, spec Sec. 5.2).
+
+        ``k~_t(x, x') = (k(x, x') - z(x)^T z(x')) / lam + z(x)^T (lam A_t)^{-1} z(x')``,
+        the full approximate covariance (Nyström residual included), as needed by
+        the local rule of Lemma 3. ``O((n1 + n2) m (d + r) + n1 n2 (d + r))``.
+
+        Args:
+            X1: ``n1 x d`` points.
+            X2: ``n2 x d`` points.
+
+        Returns:
+            An ``n1 x n2`` tensor.
+        """
+        f1 = self._features(X1)
+        f2 = self._features(X2)
+        K12 = self.model.covar_module(f1.Xt, f2.Xt).to_dense()
+        cov = K12 - f1.Z @ f2.Z.mT + f1.U_t @ f2.U_t.mT
+        return cov / self._cache().lam
+
+    # ------------------------------------------------------------------------------
+    # Internals
+    # ------------------------------------------------------------------------------
+
+    def _cache(self) -> _FrozenCache:
+        model = self.model
+        model.eval()
+        source = model._posterior_cache()["factor"]
+        old = self._frozen
+        X_pending = self.X_pending
+        if old is not None and old.source is source:
+            if _same_points(old.X_pending, X_pending):
+                return old
+            if _is_prefix(old.X_pending, X_pending):
+                n_old = 0 if old.X_pending is None else old.X_pending.shape[0]
+                self._frozen = _build_cache(
+                    model, X_pending, old=old, new_rows=X_pending[n_old:]
+                )
+                return self._frozen
+        self._frozen = _build_cache(model, X_pending)
+        return self._frozen
+
+    def _features(self, X: Tensor) -> _Features:
+        cache = self._cache()
+        Xt = self.model.transform_inputs(X.to(torch.float64))
+        K_XS = self.model.covar_module(Xt, cache.S).to_dense()
+        F = K_XS @ cache.basis
+        r = cache.coef.shape[-1]
+        return _Features(Xt=Xt, Z=F[..., :r], U=F[..., r : 2 * r], U_t=F[..., 2 * r :])
+
+    def _mean_and_rls_variance(self, X: Tensor) -> tuple[Tensor, Tensor]:
+        r"""``(mu_fb, sigma~^2_t)``, each ``batch_shape x q``."""
+        cache = self._cache()
+        f = self._features(X)
+        mean_t = self.model.mean_module(f.Xt) + f.U @ cache.coef
+        kdiag = self.model.covar_module(f.Xt, diag=True)
+        var_t = linalg.embedding_residual(kdiag, f.Z) + f.U_t.pow(2).sum(-1)
+        mean = _untransform_mean(self.model, mean_t)
+        return mean, (var_t / cache.lam).clamp_min(0.0)
+
+
+class _Features(NamedTuple):
+    Xt: Tensor  # transformed inputs, ... x q x d
+    Z: Tensor  # z(x), ... x q x r
+    U: Tensor  # L^{-1} z(x) (batch start, mean)
+    U_t: Tensor  # L_t^{-1} z(x) (hallucinated)
+
+
+# ---------------------------------------------------------------------------------
+# Pure helpers
+# ---------------------------------------------------------------------------------
+
+
+def _build_cache(
+    model: NystromGP,
+    X_pending: Tensor | None,
+    old: _FrozenCache | None = None,
+    new_rows: Tensor | None = None,
+) -> _FrozenCache:
+    r"""Build (or extend by ``new_rows``) the frozen cache, ``O(p r^2 + m r^2)``."""
+    with torch.no_grad():
+        pc = model._posterior_cache()
+        S, W, factor = pc["S"], pc["W"], pc["factor"]
+        lam = _noise_level(model)
+        if old is None:
+            L_t, rows = factor.chol, X_pending
+        else:
+            L_t, rows = old.chol, new_rows
+        if rows is not None and rows.shape[0] > 0:
+            Xp = model.transform_inputs(rows.to(torch.float64))
+            Zp = model.covar_module(Xp, S).to_dense() @ W
+            L_t = pending_cholesky(L_t, Zp / lam.sqrt())
+        M = torch.linalg.solve_triangular(factor.chol, W.mT, upper=False).mT
+        M_t = torch.linalg.solve_triangular(L_t, W.mT, upper=False).mT
+        p = 0 if X_pending is None else X_pending.shape[0]
+        logger.debug("BBKB cache: m=%d, r=%d, p=%d.", S.shape[-2], W.shape[-1], p)
+        return _FrozenCache(
+            source=factor,
+            X_pending=X_pending,
+            S=S,
+            basis=torch.cat([W, M, M_t], dim=-1),
+            coef=factor.coef,
+            chol=L_t,
+            lam=lam,
+        )
+
+
+def _validate_model(model: Any) -> None:
+    if not isinstance(model, NystromGP):
+        raise UnsupportedError(
+            "BatchUpperConfidenceBound needs a NystromGP (frozen Nyström embedding), "
+            f"got {type(model).__name__}."
+        )
+    if model.num_outputs != 1:
+        raise UnsupportedError(
+            "BatchUpperConfidenceBound supports single-output NystromGP models only "
+            f"(got {model.num_outputs} outputs); fit one model per outcome."
+        )
+    if len(model._input_batch_shape) > 0:
+        raise UnsupportedError(
+            "BatchUpperConfidenceBound supports unbatched models only, got batch "
+            f"shape {tuple(model._input_batch_shape)}."
+        )
+    ot = getattr(model, "outcome_transform", None)
+    if ot is not None and not ot._is_linear:
+        raise UnsupportedError(
+            "BatchUpperConfidenceBound needs a linear outcome transform (e.g. "
+            f"Standardize) or none, got {type(ot).__name__}."
+        )
+
+
+def _validate_posterior_transform(
+    posterior_transform: PosteriorTransform | None,
+) -> tuple[float, float]:
+    r"""Return ``(sign, offset)`` of an allowed posterior transform."""
+    if posterior_transform is None:
+        return 1.0, 0.0
+    if not isinstance(posterior_transform, ScalarizedPosteriorTransform):
+        raise UnsupportedError(
+            "BatchUpperConfidenceBound supports only a ScalarizedPosteriorTransform "
+            f"with weight +1 or -1, got {type(posterior_transform).__name__}."
+        )
+    w = posterior_transform.weights
+    if w.numel() != 1 or float(w.abs().reshape(())) != 1.0:
+        raise UnsupportedError(
+            "BatchUpperConfidenceBound supports a ScalarizedPosteriorTransform with "
+            f"a single weight +1 or -1, got weights {w.tolist()}."
+        )
+    return float(w.reshape(())), float(posterior_transform.offset)
+
+
+def _noise_level(model: NystromGP) -> Tensor:
+    r"""``lam`` in model units: the homoscedastic noise (mean training noise for a
+    fixed-noise likelihood), a float64 scalar."""
+    noise = model.likelihood.noise.detach()
+    if isinstance(model.likelihood, FixedNoiseGaussianLikelihood):
+        return noise.mean().to(torch.float64)
+    return noise.reshape(-1)[0].to(torch.float64)
+
+
+def _outcome_noise(model: NystromGP, lam: Tensor) -> Tensor:
+    r"""``lam`` in the original outcome units (undo a linear outcome transform)."""
+    ot = getattr(model, "outcome_transform", None)
+    if ot is None:
+        return lam
+    with torch.no_grad():
+        ot.eval()
+        one = torch.ones(1, 1, dtype=lam.dtype, device=lam.device)
+        _, var = ot.untransform(Y=torch.zeros_like(one), Yvar=lam * one)
+    return var.reshape(())
+
+
+def _untransform_mean(model: NystromGP, mean_t: Tensor) -> Tensor:
+    ot = getattr(model, "outcome_transform", None)
+    if ot is None:
+        return mean_t
+    ot.eval()
+    mean, _ = ot.untransform(mean_t.unsqueeze(-1))
+    return mean.squeeze(-1)
+
+
+def _input_dim(model: NystromGP) -> int:
+    return model._original_train_inputs.shape[-1]
+
+
+def _same_points(A: Tensor | None, B: Tensor | None) -> bool:
+    if A is None or B is None:
+        return A is None and B is None
+    return A.shape == B.shape and torch.equal(A, B)
+
+
+def _is_prefix(A: Tensor | None, B: Tensor | None) -> bool:
+    r"""Whether the rows of ``A`` are the first rows of ``B`` (``None`` = no rows)."""
+    if B is None:
+        return False
+    if A is None:
+        return True
+    n = A.shape[0]
+    return n <= B.shape[0] and torch.equal(A, B[:n].to(A))

@@ -1,0 +1,409 @@
+r"""Adaptive-size batches of BBKB through BoTorch's acquisition optimisers.
+
+BBKB (Calandriello et al., ICML 2020, Alg. 1 L4-L5) grows a batch one point at a
+time, each point maximising the batch UCB
+(:class:`~botorch_sketch.acquisition.BatchUpperConfidenceBound`) with the batch so
+far hallucinated into the variance, and ends the batch when a stopping rule
+(:mod:`botorch_sketch.bbkb.stopping`) says the posterior has drifted too far from
+the batch-start posterior. The number of points ``k`` is decided by the rule
+(``1 <= k <= max_batch_size``).
+
+Per selected point ``x_t`` the rule gets (spec Sec. 3 items 1-2, Sec. 5):
+
+- the batch-START variance ``sigma~^2_fb(x_t) = var_GP(x_t) / lam`` (RLS units,
+  the model with only the caller's real ``X_pending`` hallucinated) through the
+  rule's state (``state.s2_0[arm]``), used by :class:`GlobalRule` (Lemma 1,
+  ``1 + sum_s sigma~^2_fb(x_s) <= C``);
+- the CURRENT hallucinated variance ``sigma~^2_{t-1}(x_t)`` (batch so far
+  included) as ``variance``, used by :class:`ProductRule` (GP-BUCB).
+
+The point that crosses the threshold belongs to the batch, so every proper prefix
+satisfies the rule. A batch reaching ``max_batch_size`` is cut off there (spec
+Sec. 3 item 8).
+
+Domains:
+
+- a box (``bounds``): each point by ``optimize_acqf(q=1)`` (multi-start L-BFGS-B);
+  lazy UCB evaluation does not apply (spec Sec. 11.4);
+- a finite set (``choices``): each point by a direct argmax over all rows
+  (``O(A (m d + m r))`` per point, ties to the lowest index), as the paper does.
+
+Local rule (Lemma 3) on a box [INFERENCE, spec Sec. 11.4]: the sup over the domain
+of ``r(a) = 1 + sum_j k~_fb(a, x_j)^2 / sigma~^2_fb(a)`` is approximated by the max
+over a finite reference set: ``num_reference_points`` scrambled Sobol points in
+the box (seeded) plus the batch points themselves. The guarantee
+``sigma~^2_fb / sigma~^2_t <= C`` then holds only on that reference set. On a
+finite ``choices`` set the reference set is ``choices`` (the paper's rule).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+from botorch.acquisition.objective import PosteriorTransform
+from botorch.optim.optimize import optimize_acqf
+from botorch.utils.sampling import draw_sobol_samples, manual_seed
+from torch import Tensor
+
+from botorch_sketch.acquisition.bbkb import BatchUpperConfidenceBound
+from botorch_sketch.bbkb.stopping import GlobalLocalRule, StoppingRule, make_rule
+from botorch_sketch.models.nystrom import NystromGP
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["optimize_acqf_adaptive_batch"]
+
+#: Candidates evaluated at once on the finite path.
+DISCRETE_CHUNK_SIZE = 4096
+#: Default threshold ``C~`` when ``rule`` is given by name (spec Sec. 5.4).
+DEFAULT_C = 2.0
+
+
+def optimize_acqf_adaptive_batch(
+    model: NystromGP,
+    bounds: Tensor | None,
+    rule: StoppingRule | str,
+    alpha: float,
+    max_batch_size: int,
+    num_restarts: int = 10,
+    raw_samples: int = 512,
+    X_pending: Tensor | None = None,
+    choices: Tensor | None = None,
+    allow_repeats: bool = True,
+    options: dict[str, Any] | None = None,
+    posterior_transform: PosteriorTransform | None = None,
+    maximize: bool = True,
+    C: float | None = None,
+    num_reference_points: int = 1024,
+    seed: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    r"""Generate one BBKB batch whose size is chosen by a stopping rule.
+
+    Sequential greedy selection (BBKB Alg. 1 L4-L8): for ``t = 1, 2, ...``
+
+        x_t = argmax_x  mu_fb(x) + alpha sigma~(x | X_pending, x_1..x_{t-1}),
+        stop = rule.update(x_t, ...)          (x_t is kept either way)
+
+    Args:
+        model: A single-output, unbatched ``NystromGP`` (its dictionary is the
+            frozen ``S_fb`` of the batch).
+        bounds: ``2 x d`` box bounds; required unless ``choices`` is given (then it
+            is only checked against ``choices``).
+        rule: A :class:`~botorch_sketch.bbkb.stopping.StoppingRule` or a name
+            accepted by :func:`~botorch_sketch.bbkb.stopping.make_rule`
+            (``"global"``, ``"global_local"``, ``"local"``, ``"product"``,
+            ``"bkb"``). A rule instance is reset with ``start`` here.
+        alpha: The UCB width ``alpha~ >= 0`` in RLS units (see
+            :class:`~botorch_sketch.acquisition.BatchUpperConfidenceBound`).
+        max_batch_size: Cap ``>= 1`` on the batch size (an extension; the paper has
+            none besides the horizon).
+        num_restarts: Restarts of ``optimize_acqf`` (box only).
+        raw_samples: Raw Sobol samples of ``optimize_acqf`` (box only).
+        X_pending: ``p x d`` points already submitted (earlier batches without
+            feedback yet): hallucinated into both the batch-start and the current
+            variance. They do not count towards the batch or the rule.
+        choices: ``A x d`` finite candidate set; if given, the batch is built from
+            its rows.
+        allow_repeats: Whether a row of ``choices`` may be selected more than once
+            (BBKB allows repeats, spec Sec. 11.5). Must be ``True`` on a box, where
+            ``optimize_acqf`` cannot exclude points.
+        options: Options for ``optimize_acqf`` (its ``seed`` is overridden per step).
+        posterior_transform: See ``BatchUpperConfidenceBound``.
+        maximize: See ``BatchUpperConfidenceBound``.
+        C: Threshold ``C~ >= 1`` when ``rule`` is a name (default 2); must be
+            ``None`` or equal to ``rule.C`` for a rule instance.
+        num_reference_points: Sobol reference points of the local rule on a box.
+        seed: Seed of every random choice (Sobol raw samples, Boltzmann
+            initialisation, reference set). ``None``: drawn once from torch's global
+            generator, so ``torch.manual_seed`` makes the call reproducible.
+
+    Returns:
+        ``(candidates, acq_values)``: a ``k x d`` tensor of points in selection order
+        and the ``k`` UCB values at selection (with the batch so far hallucinated),
+        ``1 <= k <= max_batch_size``.
+    """
+    rule = _resolve_rule(rule, C)
+    d = _validate_inputs(
+        model, bounds, max_batch_size, X_pending, choices, allow_repeats, num_restarts
+    )
+    if not (isinstance(num_reference_points, int) and num_reference_points >= 1):
+        raise ValueError(
+            "num_reference_points must be a positive int, got "
+            f"{num_reference_points!r}."
+        )
+    if seed is None:
+        seed = int(torch.randint(2**31 - 1, (1,)))
+    acqf = BatchUpperConfidenceBound(
+        model, alpha, posterior_transform, maximize, X_pending=X_pending
+    )
+    start = BatchUpperConfidenceBound(
+        model, alpha, posterior_transform, maximize, X_pending=X_pending
+    )
+    is_local = isinstance(rule, GlobalLocalRule)
+    if choices is not None:
+        choices = choices.to(torch.float64)
+        state = _RuleState(start, reference=choices, num_slots=0)
+    else:
+        bounds = bounds.to(torch.float64)
+        reference = None
+        if is_local:
+            reference = draw_sobol_samples(
+                bounds, n=num_reference_points, q=1, seed=seed + 7919
+            ).squeeze(-2)
+        state = _RuleState(start, reference=reference, num_slots=max_batch_size)
+    rule.start(state)
+    base = None if X_pending is None else X_pending.to(torch.float64)
+    points: list[Tensor] = []
+    values: list[Tensor] = []
+    taken = torch.zeros(0 if choices is None else choices.shape[0], dtype=torch.bool)
+    cap = max_batch_size
+    if choices is not None and not allow_repeats:
+        cap = min(cap, choices.shape[0])
+    for step in range(cap):
+        if points:
+            batch = torch.stack(points)
+            acqf.set_X_pending(batch if base is None else torch.cat([base, batch]))
+        if choices is not None:
+            idx, value = _argmax_choices(
+                acqf, choices, None if allow_repeats else taken
+            )
+            taken[idx] = True
+            x = choices[idx]
+            arm = idx
+        else:
+            x, value = _optimize_box(
+                acqf, bounds, num_restarts, raw_samples, options, seed + step
+            )
+            arm = state.add_point(step, x)
+        with torch.no_grad():
+            current = float(acqf.rls_variance(x.unsqueeze(0)).squeeze())
+        stop = rule.update(arm, current)
+        points.append(x)
+        values.append(value)
+        if is_local and not stop and getattr(rule, "local", False):
+            stop = _batch_points_bound(state, points, rule) > rule.C
+        logger.debug(
+            "BBKB step %d: s2_fb=%.4g, s2_t=%.4g, bound=%.4g, stop=%s.",
+            step,
+            float(state.s2_0[arm]),
+            current,
+            rule.bound,
+            stop,
+        )
+        if stop:
+            break
+    logger.info(
+        "BBKB batch of %d point(s) (rule %s, C=%g, bound %.4g).",
+        len(points),
+        type(rule).__name__,
+        rule.C,
+        rule.bound,
+    )
+    return torch.stack(points).reshape(-1, d), torch.stack(values).reshape(-1)
+
+
+# ---------------------------------------------------------------------------------
+# Rule state: batch-start variances and covariances over a reference set
+# ---------------------------------------------------------------------------------
+
+
+class _RuleState:
+    r"""Duck-typed batch-start state for :mod:`botorch_sketch.bbkb.stopping`.
+
+    Arms are ``n_ref`` reference points (``choices``, or Sobol points for the local
+    rule on a box) followed by ``num_slots`` slots that receive the batch points of
+    a box as they are chosen (:meth:`add_point`). ``s2_0`` holds batch-start
+    variances ``sigma~^2_fb`` (RLS units); empty slots hold ``+inf`` so that the
+    local rule's ``1 / s2_0`` is zero there (its per-arm bound is then 1 and never
+    decides; the batch points are checked by :func:`_batch_points_bound`).
+
+    Attributes:
+        s2_0: ``n_ref + num_slots`` batch-start variances (written in place).
+    """
+
+    def __init__(
+        self,
+        start: BatchUpperConfidenceBound,
+        reference: Tensor | None,
+        num_slots: int,
+    ) -> None:
+        self._start = start
+        self._reference = reference
+        self.n_ref = 0 if reference is None else reference.shape[0]
+        with torch.no_grad():
+            s2_ref = (
+                start.rls_variance(reference)
+                if reference is not None
+                else torch.zeros(0, dtype=torch.float64)
+            )
+        slots = torch.full((num_slots,), math.inf, dtype=torch.float64)
+        self.s2_0 = torch.cat([s2_ref.reshape(-1), slots])
+        self._points: dict[int, Tensor] = {}
+
+    def add_point(self, step: int, x: Tensor) -> int:
+        r"""Store batch point ``x`` (``d``) in slot ``step``; return its arm index."""
+        arm = self.n_ref + step
+        with torch.no_grad():
+            self.s2_0[arm] = self._start.rls_variance(x.unsqueeze(0)).reshape(())
+        self._points[arm] = x
+        return arm
+
+    def point(self, arm: int) -> Tensor:
+        r"""The point of arm ``arm`` (``d``)."""
+        if arm < self.n_ref:
+            return self._reference[arm]
+        return self._points[arm]
+
+    def covariance_with(self, j: int) -> Tensor:
+        r"""Batch-start covariances ``k~_fb(a, x_j)`` (RLS units) for every arm ``a``.
+
+        Zero on the slots (masked by ``1 / s2_0 = 0`` in the local rule).
+        """
+        out = torch.zeros_like(self.s2_0)
+        if self.n_ref > 0:
+            with torch.no_grad():
+                out[: self.n_ref] = self._start.rls_covariance(
+                    self._reference, self.point(j).unsqueeze(0)
+                ).squeeze(-1)
+        return out
+
+
+def _batch_points_bound(
+    state: _RuleState, points: list[Tensor], rule: StoppingRule
+) -> float:
+    r"""Lemma 3 bound at the batch points themselves (box reference set extension).
+
+    ``max_i 1 + min(sum_j k~_fb(x_i, x_j)^2 / s2_fb(x_i), G - 1)``, with the same cap
+    at the global bound ``G = 1 + sum_j s2_fb(x_j)`` as
+    :meth:`~botorch_sketch.bbkb.stopping.GlobalLocalRule.local_ratios`.
+    ``O(b^2 (d + r) + b m (d + r))`` for ``b`` batch points.
+    """
+    X = torch.stack(points)
+    with torch.no_grad():
+        K = state._start.rls_covariance(X, X)
+        s2 = state._start.rls_variance(X).clamp_min(torch.finfo(X.dtype).tiny)
+    G = 1.0 + float(s2.sum())
+    ratios = torch.clamp(K.pow(2).sum(-1) / s2, max=G - 1.0)
+    return 1.0 + float(ratios.max())
+
+
+# ---------------------------------------------------------------------------------
+# One step of the sequential selection
+# ---------------------------------------------------------------------------------
+
+
+def _optimize_box(
+    acqf: BatchUpperConfidenceBound,
+    bounds: Tensor,
+    num_restarts: int,
+    raw_samples: int,
+    options: dict[str, Any] | None,
+    seed: int,
+) -> tuple[Tensor, Tensor]:
+    r"""``argmax`` over the box by ``optimize_acqf(q=1)``, seeded; ``(d, scalar)``."""
+    opts = {**(options or {}), "seed": seed}
+    with manual_seed(seed):
+        cand, val = optimize_acqf(
+            acqf,
+            bounds=bounds,
+            q=1,
+            num_restarts=num_restarts,
+            raw_samples=raw_samples,
+            options=opts,
+        )
+    return cand.detach().reshape(-1), val.detach().reshape(())
+
+
+def _argmax_choices(
+    acqf: BatchUpperConfidenceBound, choices: Tensor, taken: Tensor | None
+) -> tuple[int, Tensor]:
+    r"""Direct argmax over the rows of ``choices`` (lowest index on ties)."""
+    with torch.no_grad():
+        vals = torch.cat(
+            [
+                acqf(chunk.unsqueeze(-2))
+                for chunk in choices.split(DISCRETE_CHUNK_SIZE, dim=0)
+            ]
+        )
+    if taken is not None:
+        vals = vals.masked_fill(taken.to(vals.device), -math.inf)
+    idx = int(torch.argmax(vals))
+    return idx, vals[idx]
+
+
+# ---------------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------------
+
+
+def _resolve_rule(rule: StoppingRule | str, C: float | None) -> StoppingRule:
+    if isinstance(rule, StoppingRule):
+        if C is not None and float(C) != rule.C:
+            raise ValueError(
+                f"C={C} conflicts with the threshold C={rule.C} of the given rule."
+            )
+        return rule
+    if not isinstance(rule, str):
+        raise ValueError(
+            f"rule must be a StoppingRule or a rule name, got {type(rule).__name__}."
+        )
+    return make_rule(rule, DEFAULT_C if C is None else C)
+
+
+def _validate_inputs(
+    model: NystromGP,
+    bounds: Tensor | None,
+    max_batch_size: int,
+    X_pending: Tensor | None,
+    choices: Tensor | None,
+    allow_repeats: bool,
+    num_restarts: int,
+) -> int:
+    r"""Raise ``ValueError`` naming the problem; return the input dimension ``d``."""
+    if isinstance(max_batch_size, bool) or not (
+        isinstance(max_batch_size, int) and max_batch_size >= 1
+    ):
+        raise ValueError(f"max_batch_size must be an int >= 1, got {max_batch_size!r}.")
+    d = model._original_train_inputs.shape[-1]
+    if bounds is None and choices is None:
+        raise ValueError("give either `bounds` (a box) or `choices` (a finite set).")
+    if bounds is not None:
+        if bounds.dim() != 2 or bounds.shape[0] != 2:
+            raise ValueError(f"bounds must be 2 x d, got {tuple(bounds.shape)}.")
+        if bounds.shape[-1] != d:
+            raise ValueError(
+                f"bounds has dimension {bounds.shape[-1]} but the model has d={d}."
+            )
+        if not bool(torch.isfinite(bounds).all()) or bool(
+            (bounds[0] > bounds[1]).any()
+        ):
+            raise ValueError("bounds must be finite with lower <= upper.")
+    if choices is not None:
+        if choices.dim() != 2:
+            raise ValueError(f"choices must be A x d, got {tuple(choices.shape)}.")
+        if choices.shape[0] == 0:
+            raise ValueError("choices is empty.")
+        if choices.shape[-1] != d:
+            raise ValueError(
+                f"choices has dimension {choices.shape[-1]} but the model has d={d}."
+            )
+        if bounds is not None and choices.shape[-1] != bounds.shape[-1]:
+            raise ValueError("bounds and choices have different dimensions.")
+        if not bool(torch.isfinite(choices).all()):
+            raise ValueError("choices contains NaN or Inf.")
+    elif not allow_repeats:
+        raise ValueError(
+            "allow_repeats=False needs a finite `choices` set; optimize_acqf on a box "
+            "cannot exclude points."
+        )
+    else:
+        if not (isinstance(num_restarts, int) and num_restarts >= 1):
+            raise ValueError(f"num_restarts must be an int >= 1, got {num_restarts!r}.")
+    if X_pending is not None and (X_pending.dim() != 2 or X_pending.shape[-1] != d):
+        raise ValueError(
+            f"X_pending must be p x d with d={d}, got {tuple(X_pending.shape)}."
+        )
+    return d

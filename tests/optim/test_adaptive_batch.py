@@ -1,0 +1,220 @@
+"""Tests of optimize_acqf_adaptive_batch: rule semantics, domains, validation."""
+
+from __future__ import annotations
+
+from copy import deepcopy
+
+import pytest
+import torch
+
+from botorch_sketch.acquisition import BatchUpperConfidenceBound
+from botorch_sketch.bbkb.stopping import GlobalLocalRule, GlobalRule, ProductRule
+from botorch_sketch.models import NystromGP
+from botorch_sketch.optim import optimize_acqf_adaptive_batch
+
+DT = torch.float64
+BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=DT)
+FAST = {"num_restarts": 3, "raw_samples": 48}
+
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def model():
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(40, 2, generator=g, dtype=DT)
+    Y = torch.sin(5 * X).sum(-1, keepdim=True)
+    Y = Y + 0.05 * torch.randn(Y.shape, generator=g, dtype=DT)
+    m = NystromGP(X, Y, seed=0, outcome_transform=None)
+    m.covar_module.lengthscale = 0.3
+    m.likelihood.noise = 0.05
+    m.eval()
+    return m
+
+
+@pytest.fixture(scope="module")
+def choices():
+    return torch.rand(150, 2, generator=torch.Generator().manual_seed(5), dtype=DT)
+
+
+def start_variances(model, X, X_pending=None):
+    acqf = BatchUpperConfidenceBound(model, alpha=1.0, X_pending=X_pending)
+    return acqf.rls_variance(X).detach()
+
+
+def check_global_prefixes(model, cand, C, max_batch_size, X_pending=None):
+    s2 = start_variances(model, cand, X_pending)
+    G = 1.0 + torch.cumsum(s2, 0)
+    assert (G[:-1] <= C).all(), "a proper prefix violates the global rule"
+    if cand.shape[0] < max_batch_size:
+        assert G[-1] > C, "the batch stopped without crossing C"
+
+
+@pytest.mark.parametrize("domain", ["box", "choices"])
+def test_c_equal_one_gives_single_point(model, choices, domain):
+    kw = {"choices": choices} if domain == "choices" else FAST
+    cand, val = optimize_acqf_adaptive_batch(
+        model, BOUNDS, "global", alpha=0.5, max_batch_size=10, C=1.0, seed=0, **kw
+    )
+    assert cand.shape == (1, 2) and val.shape == (1,)
+
+
+def test_global_rule_box_stops_at_crossing_point(model):
+    C, cap = 3.0, 30
+    cand, val = optimize_acqf_adaptive_batch(
+        model, BOUNDS, GlobalRule(C), alpha=0.5, max_batch_size=cap, seed=0, **FAST
+    )
+    assert 2 <= cand.shape[0] < cap
+    assert ((cand >= 0) & (cand <= 1)).all()
+    check_global_prefixes(model, cand, C, cap)
+    # The reported values are the UCB with the batch so far hallucinated.
+    acqf = BatchUpperConfidenceBound(model, alpha=0.5)
+    for i in range(cand.shape[0]):
+        acqf.set_X_pending(cand[:i] if i > 0 else None)
+        torch.testing.assert_close(acqf(cand[i : i + 1]).detach().reshape(()), val[i])
+
+
+def test_global_rule_uses_real_pending_points(model, choices):
+    C, cap = 2.5, 60
+    Xp = torch.rand(6, 2, generator=torch.Generator().manual_seed(9), dtype=DT)
+    cand, _ = optimize_acqf_adaptive_batch(
+        model,
+        None,
+        "global",
+        alpha=0.5,
+        max_batch_size=cap,
+        C=C,
+        choices=choices,
+        X_pending=Xp,
+    )
+    check_global_prefixes(model, cand, C, cap, X_pending=Xp)
+
+
+def test_max_batch_size_caps_the_batch(model, choices):
+    for kw in (FAST, {"choices": choices}):
+        cand, val = optimize_acqf_adaptive_batch(
+            model, BOUNDS, "global", alpha=0.5, max_batch_size=3, C=50.0, seed=0, **kw
+        )
+        assert cand.shape[0] == 3 and val.shape == (3,)
+
+
+def test_finite_choices_rows_and_repeats(model, choices):
+    small = choices[:8]
+    cand, _ = optimize_acqf_adaptive_batch(
+        model, None, "global", alpha=0.05, max_batch_size=20, C=100.0, choices=small
+    )
+    rows = (cand.unsqueeze(1) == small.unsqueeze(0)).all(-1)
+    assert rows.any(-1).all(), "candidates must be rows of choices"
+    assert cand.shape[0] == 20  # repeats allowed: the cap is reached
+    cand_u, _ = optimize_acqf_adaptive_batch(
+        model,
+        None,
+        "global",
+        alpha=0.05,
+        max_batch_size=20,
+        C=100.0,
+        choices=small,
+        allow_repeats=False,
+    )
+    assert cand_u.shape[0] == 8  # capped by the number of distinct rows
+    assert torch.unique(cand_u, dim=0).shape[0] == cand_u.shape[0]
+    # Direct argmax: the first point is the best row of the UCB.
+    acqf = BatchUpperConfidenceBound(model, alpha=0.05)
+    best = small[acqf(small.unsqueeze(-2)).argmax()]
+    assert torch.equal(cand_u[0], best)
+
+
+@pytest.mark.parametrize("domain", ["box", "choices"])
+def test_larger_c_gives_longer_batch(model, choices, domain):
+    kw = {"choices": choices} if domain == "choices" else FAST
+    sizes = []
+    for C in (1.0, 1.5, 2.5, 4.0):
+        cand, _ = optimize_acqf_adaptive_batch(
+            model, BOUNDS, "global", alpha=0.5, max_batch_size=25, C=C, seed=1, **kw
+        )
+        sizes.append(cand.shape[0])
+    assert sizes == sorted(sizes) and sizes[-1] > sizes[0]
+
+
+def test_seeded_box_batches_are_reproducible(model):
+    out = [
+        optimize_acqf_adaptive_batch(
+            model, BOUNDS, "global", alpha=0.5, max_batch_size=8, C=3.0, seed=4, **FAST
+        )[0]
+        for _ in range(2)
+    ]
+    assert torch.equal(out[0], out[1])
+
+
+def test_product_rule_uses_hallucinated_variances(model, choices):
+    C, cap = 3.0, 40
+    cand, _ = optimize_acqf_adaptive_batch(
+        model, None, ProductRule(C), alpha=0.5, max_batch_size=cap, choices=choices
+    )
+    acqf = BatchUpperConfidenceBound(model, alpha=0.5)
+    cur = []
+    for i in range(cand.shape[0]):
+        acqf.set_X_pending(cand[:i] if i > 0 else None)
+        cur.append(float(acqf.rls_variance(cand[i : i + 1]).detach()))
+    P = torch.cumprod(1.0 + torch.tensor(cur, dtype=DT), 0)
+    assert (P[:-1] <= C).all()
+    assert cand.shape[0] == cap or P[-1] > C
+
+
+@pytest.mark.parametrize("domain", ["box", "choices"])
+def test_global_local_rule_is_at_least_as_long(model, choices, domain):
+    # Short lengthscale, lam = 1: batch points far apart, where Lemma 3 is tighter.
+    model = deepcopy(model)
+    model.covar_module.lengthscale = 0.1
+    model.likelihood.noise = 1.0
+    model.train()  # drop the model's posterior cache (built at the old values)
+    model.eval()
+    kw = {"choices": choices} if domain == "choices" else FAST
+    common = dict(alpha=0.5, max_batch_size=40, seed=2, num_reference_points=128)
+    glob, _ = optimize_acqf_adaptive_batch(
+        model, BOUNDS, GlobalRule(2.0), **common, **kw
+    )
+    loc, _ = optimize_acqf_adaptive_batch(
+        model, BOUNDS, GlobalLocalRule(2.0), **common, **kw
+    )
+    # Same greedy sequence; the local bound is never above the global one.
+    assert loc.shape[0] > glob.shape[0]
+    torch.testing.assert_close(loc[: glob.shape[0]], glob)
+
+
+def test_bad_options_raise(model, choices):
+    kw = dict(alpha=0.5, seed=0, **FAST)
+    with pytest.raises(ValueError, match="C must be"):
+        optimize_acqf_adaptive_batch(model, BOUNDS, "global", 0.5, 3, C=0.5)
+    with pytest.raises(ValueError, match="max_batch_size"):
+        optimize_acqf_adaptive_batch(model, BOUNDS, "global", max_batch_size=0, **kw)
+    with pytest.raises(ValueError, match="bounds has dimension"):
+        optimize_acqf_adaptive_batch(
+            model, torch.zeros(2, 3, dtype=DT), "global", max_batch_size=3, **kw
+        )
+    with pytest.raises(ValueError, match="choices has dimension"):
+        optimize_acqf_adaptive_batch(
+            model, None, "global", 0.5, 3, choices=torch.rand(5, 3, dtype=DT)
+        )
+    with pytest.raises(ValueError, match="choices is empty"):
+        optimize_acqf_adaptive_batch(
+            model, None, "global", 0.5, 3, choices=torch.zeros(0, 2, dtype=DT)
+        )
+    with pytest.raises(ValueError, match="either"):
+        optimize_acqf_adaptive_batch(model, None, "global", 0.5, 3)
+    with pytest.raises(ValueError, match="allow_repeats"):
+        optimize_acqf_adaptive_batch(
+            model, BOUNDS, "global", max_batch_size=3, allow_repeats=False, **kw
+        )
+    with pytest.raises(ValueError, match="unknown stopping rule"):
+        optimize_acqf_adaptive_batch(model, BOUNDS, "nope", max_batch_size=3, **kw)
+    with pytest.raises(ValueError, match="conflicts"):
+        optimize_acqf_adaptive_batch(
+            model, BOUNDS, GlobalRule(2.0), max_batch_size=3, C=3.0, **kw
+        )
