@@ -216,24 +216,14 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
             self.input_transform = input_transform
         self.q_bar = float(q_bar)
         self.dictionary_refits = dictionary_refits
-        if fit_subset_size is not None and not (
-            isinstance(fit_subset_size, int) and fit_subset_size > 0
-        ):
-            raise ValueError(
-                "fit_subset_size must be a positive int or None, got "
-                f"{fit_subset_size!r}."
-            )
-        self.fit_subset_size = fit_subset_size
+        self.fit_subset_size = _optional_positive_int(
+            fit_subset_size, "fit_subset_size"
+        )
         self.objective = objective
         self.seed = seed
-        if max_dictionary_size is not None and not (
-            isinstance(max_dictionary_size, int) and max_dictionary_size > 0
-        ):
-            raise ValueError(
-                "max_dictionary_size must be a positive int or None, got "
-                f"{max_dictionary_size!r}."
-            )
-        self.max_dictionary_size = max_dictionary_size
+        self.max_dictionary_size = _optional_positive_int(
+            max_dictionary_size, "max_dictionary_size"
+        )
         self._num_draws = 0
         self._cache: dict[str, Any] | None = None
         self.to(dtype=_COMPUTE_DTYPE, device=train_X.device)
@@ -894,6 +884,12 @@ def _validate_training_data(
             )
         if (Yvar <= 0).any():
             raise ValueError(f"{name}_Yvar must be strictly positive.")
+
+
+def _optional_positive_int(value: int | None, name: str) -> int | None:
+    if value is not None and not (isinstance(value, int) and value > 0):
+        raise ValueError(f"{name} must be a positive int or None, got {value!r}.")
+    return value
 
 
 def _validate_indices(indices: Tensor, n: int) -> Tensor:
