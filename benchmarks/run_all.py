@@ -1,0 +1,76 @@
+"""Run every benchmark in ``benchmarks/``, in a fixed order (``make bench``).
+
+Each benchmark is a script run in its own process with the Python interpreter
+running this file, from the repository root, with its default arguments (they
+write their results under ``benchmarks/results/``). Extra command-line arguments
+of this script are rejected: run a benchmark script directly to change its
+arguments.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+logger = logging.getLogger("run_all")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+#: Benchmark scripts (relative to the repository root) and their arguments.
+BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("benchmarks/bench_nystrom.py", ()),
+    ("benchmarks/bench_bbkb.py", ()),
+)
+
+
+def run_benchmark(script: str, args: tuple[str, ...]) -> int:
+    """Run one benchmark script and return its exit status.
+
+    Args:
+        script: Path of the script relative to the repository root.
+        args: Command-line arguments of the script.
+
+    Returns:
+        The exit status of the script's process.
+    """
+    cmd = [sys.executable, script, *args]
+    logger.info("running %s", " ".join(cmd))
+    start = time.perf_counter()
+    status = subprocess.run(cmd, cwd=REPO_ROOT, check=False).returncode
+    logger.info(
+        "%s finished with status %d in %.1f min",
+        script,
+        status,
+        (time.perf_counter() - start) / 60,
+    )
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run all benchmarks; return 1 if any of them failed, else 0.
+
+    Args:
+        argv: Must be empty (default: ``sys.argv[1:]``).
+
+    Returns:
+        The process exit status.
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    if argv:
+        print(f"run_all.py takes no arguments (got {argv}).", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
+    failed = [script for script, args in BENCHMARKS if run_benchmark(script, args)]
+    if failed:
+        logger.error("failed benchmarks: %s", ", ".join(failed))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
