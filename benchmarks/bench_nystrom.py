@@ -510,22 +510,27 @@ def gaussian_nll(mean: Any, var: Any, y: Any) -> float:
     )
 
 
-def _library_id() -> str:
-    """Where ``botorch_sketch`` was imported from and a hash of its sources."""
+def _source_hash(package_dir: Path) -> str:
+    """Short SHA-256 over the ``.py`` files (names and contents) of a package."""
     import hashlib
 
+    digest = hashlib.sha256()
+    for path in sorted(package_dir.rglob("*.py")):
+        digest.update(str(path.relative_to(package_dir)).encode())
+        digest.update(path.read_bytes())
+    return f"sha256:{digest.hexdigest()[:12]}"
+
+
+def _library_id() -> str:
+    """Where ``botorch_sketch`` was imported from and a hash of its sources."""
     import botorch_sketch
 
     root = Path(botorch_sketch.__file__).resolve().parent
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
     try:
         where = str(root.parent.relative_to(REPO_ROOT)) or "."
     except ValueError:
         where = str(root.parent)
-    return f"{where} sha256:{digest.hexdigest()[:12]}"
+    return f"{where} {_source_hash(root)}"
 
 
 def run_worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -766,6 +771,35 @@ def run_cell(
         time.perf_counter() - start,
     )
     return row
+
+
+def _resumable_rows(
+    csv_path: Path, env: dict[str, str] | None
+) -> dict[tuple[str, int, str], dict[str, Any]]:
+    """The earlier rows that ``--resume`` keeps.
+
+    Args:
+        csv_path: The results CSV of the earlier (interrupted) run.
+        env: The workers' environment (``None``: the working tree is imported).
+
+    Returns:
+        The rows with status ``ok`` measured with the same ``botorch_sketch``
+        sources as this run, keyed by (dataset, n, method).
+    """
+    if not csv_path.exists():
+        return {}
+    if env is not None:
+        package = Path(env["PYTHONPATH"].split(os.pathsep)[0]) / "botorch_sketch"
+    else:
+        package = REPO_ROOT / "botorch_sketch"
+    current = _source_hash(package)
+    kept = {
+        (r["dataset"], r["n"], r["method"]): r
+        for r in read_csv(csv_path)
+        if r["status"] == "ok" and (r.get("library") or "").endswith(current)
+    }
+    logger.info("--resume: %d earlier cells measured with %s", len(kept), current)
+    return kept
 
 
 def _failure_reason(returncode: int, stderr: str, args: argparse.Namespace) -> str:
@@ -1182,6 +1216,15 @@ def write_markdown(rows: list[dict[str, Any]], path: Path, run: dict[str, Any]) 
         f"- botorch_sketch: {run.get('library', 'unknown')}; source hashes of the "
         f"imported package: {', '.join(libraries) or 'none'}",
         f"- command: `{run['command']}`",
+        *(
+            [
+                f"- {run['resumed_cells']} cells were kept from an earlier, "
+                "interrupted run (`--resume`); the total run time above excludes "
+                "them."
+            ]
+            if run.get("resumed_cells")
+            else []
+        ),
     ]
     if loads:
         text.append(
@@ -1447,6 +1490,13 @@ def build_parser() -> argparse.ArgumentParser:
         "the working tree)",
     )
     p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the ok cells of the existing CSV that were measured with the "
+        "same botorch_sketch sources (after an interrupted run); settings other "
+        "than the library are not compared",
+    )
+    p.add_argument(
         "--report-only",
         action="store_true",
         help="rebuild the markdown and PNG from the existing CSV",
@@ -1514,9 +1564,14 @@ def main(argv: list[str] | None = None) -> int:
             run = json.loads(meta_path.read_text())
     else:
         rows = []
+        previous = _resumable_rows(csv_path, env) if args.resume else {}
         for dataset, n, method in plan_cells(args.datasets, args.methods, args.sizes):
             reason = skip_reason(dataset, n, method, args)
-            if reason:
+            if (dataset, n, method) in previous:
+                logger.info("resuming: keeping %s n=%d %s", dataset, n, method)
+                rows.append(previous[(dataset, n, method)])
+                run["resumed_cells"] = run.get("resumed_cells", 0) + 1
+            elif reason:
                 logger.info("skipping %s n=%d %s: %s", dataset, n, method, reason)
                 rows.append(_empty_row(dataset, n, method, "skipped", reason))
             else:
