@@ -54,6 +54,7 @@ from gpytorch.means import ConstantMean, Mean
 from gpytorch.mlls import MarginalLogLikelihood
 from gpytorch.models import GP
 from gpytorch.module import Module
+from linear_operator.operators import DenseLinearOperator
 from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
@@ -478,7 +479,11 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
             self.covar_module(X).to_dense(),
         )
         mean = (self.mean_module(X) + offset).expand(cov.shape[:-1])
-        return MultivariateNormal(mean, cov)
+        # A dense tensor would be Cholesky-factored (without jitter) right here by
+        # torch's MultivariateNormal, which fails for (nearly) repeated test points;
+        # as an operator it is factored lazily with gpytorch's jitter, as for
+        # ``SingleTaskGP``.
+        return MultivariateNormal(mean, DenseLinearOperator(cov))
 
     def posterior(
         self,

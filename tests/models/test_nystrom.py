@@ -306,6 +306,19 @@ class TestNystromGPDictionary(BotorchTestCase):
         model.resample_dictionary(generator=torch.Generator().manual_seed(0))
         self.assertTrue((model.dictionary_indices < 20).all())  # first occurrences
 
+    def test_posterior_at_repeated_test_points(self):
+        # The joint covariance of two identical test points is singular: the
+        # posterior must still build and sample (as SingleTaskGP's does), e.g. when
+        # Ax predicts at repeated observations.
+        X, Y = make_data(n=30)
+        model = NystromGP(X, Y, seed=0).eval()
+        Xt = torch.cat([X[:3], X[:3]])
+        post = model.posterior(Xt)
+        self.assertAllClose(post.mean[:3], post.mean[3:])
+        samples = post.rsample(torch.Size([4]))
+        self.assertTrue(torch.isfinite(samples).all())
+        self.assertAllClose(samples[:, :3], samples[:, 3:], atol=1e-3)
+
     def test_thompson_sampling_without_joint_covariance(self):
         X, Y = make_data(n=40)
         model = NystromGP(X, Y, dictionary="all")
