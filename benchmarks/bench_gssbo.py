@@ -1,0 +1,652 @@
+"""GSSBO against exact GP-UCB, RSSBO and NystromGP: the experiment of Wei et al. (2025).
+
+Problems (BoTorch test functions, negated to maximisation, searched in [0, 1]^d
+and unnormalised to their domains): ``hart6``, ``powell50`` (BoTorch's Powell sums
+over ``dim // 4 = 12`` blocks, so dims 49-50 are inert; spec C11), ``eggholder2``,
+``levy20``, ``rastrigin100``. Every run starts from the same scrambled Sobol design
+of ``--n-initial`` points (seeded by the run's seed) and then does ``--iterations``
+steps of UCB (``mu + sqrt(beta) sigma``, fixed ``--beta``), maximised by
+``optimize_acqf`` with ``--num-restarts`` / ``--raw-samples`` (identical for all
+methods; the raw-sample RNG is seeded per seed and iteration). Methods:
+
+* ``exact``: ``SingleTaskGP`` on all data (GP-UCB), Matérn-5/2 ARD;
+* ``gssbo``: ``GradientSubsetGP(mode="vector")`` through ``GSSBORefitter``;
+* ``gssbo_scalar``: the paper-literal scalar mode (sign balancing);
+* ``rssbo``: ``mode="random"`` (forced points kept, the rest uniform);
+* ``nystrom``: ``NystromGP`` (DTC, leverage-score dictionary), Matérn-5/2.
+
+All GP fits are ``fit_gpytorch_mll`` (L-BFGS-B) at every iteration; ``exact`` and
+the subset models are warm-started from the previous hyperparameters. Subset size:
+``--subset-size M`` (fixed, default 100 like the paper's "about 100"), or
+``--dynamic-z Z`` for the paper's timing rule (machine-dependent).
+
+Timing: per iteration, model construction + selection + fit + acquisition
+optimisation (the function evaluation is excluded), with ``time.perf_counter``
+(wall) and ``time.process_time`` (CPU of the worker process). Regret: ``f* -
+f(x_t)`` per BO step (the initial design, identical across methods, is not
+counted); cumulative regret and cumulative time are reported.
+
+Each (problem, method, seed) run is one task in a pool of ``--jobs`` worker
+processes (one BLAS thread each). A task appends one CSV row per iteration to
+``<out>/tmp/gssbo_parts/`` as it goes; the merged ``gssbo_<tag>.csv`` and the report
+are rewritten after every finished task, so an interrupted run keeps its rows and
+``--resume`` (the default) skips finished tasks.
+
+Paper protocol (the defaults): 4 problems, 1,000 iterations, 10 seeds, n0 = 20.
+Examples::
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_gssbo.py --problems hart6,powell50 \\
+        --iterations 300 --seeds 3 --jobs 2 --tag reduced
+    python benchmarks/bench_gssbo.py --report-only --tag reduced
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import logging
+import math
+import multiprocessing
+import os
+import pathlib
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+
+import torch
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+ALL_PROBLEMS = ("hart6", "powell50", "eggholder2", "levy20", "rastrigin100")
+PAPER_PROBLEMS = ("hart6", "powell50", "eggholder2", "levy20")
+ALL_METHODS = ("exact", "gssbo", "gssbo_scalar", "rssbo", "nystrom")
+FIELDS = (
+    "problem",
+    "method",
+    "seed",
+    "iteration",
+    "n",
+    "subset_size",
+    "regret",
+    "cum_regret",
+    "best_regret",
+    "wall_s",
+    "cpu_s",
+    "cum_wall_s",
+    "cum_cpu_s",
+)
+LABELS = {
+    "exact": "GP-UCB (SingleTaskGP)",
+    "gssbo": "GSSBO (vector)",
+    "gssbo_scalar": "GSSBO (scalar)",
+    "rssbo": "RSSBO",
+    "nystrom": "NystromGP",
+}
+
+logger = logging.getLogger("bench_gssbo")
+
+
+# ---------------------------------------------------------------------------------
+# Problems and surrogates
+# ---------------------------------------------------------------------------------
+
+
+def make_problem(name: str):
+    """The negated (maximisation) BoTorch test function ``name``."""
+    from botorch.test_functions import EggHolder, Hartmann, Levy, Powell, Rastrigin
+
+    factories = {
+        "hart6": lambda: Hartmann(dim=6, negate=True),
+        "powell50": lambda: Powell(dim=50, negate=True),
+        "eggholder2": lambda: EggHolder(negate=True),
+        "levy20": lambda: Levy(dim=20, negate=True),
+        "rastrigin100": lambda: Rastrigin(dim=100, negate=True),
+    }
+    return factories[name]().to(torch.float64)
+
+
+def matern(d: int):
+    """Matérn-5/2 ARD with BoTorch's dimension-scaled lengthscale prior."""
+    from botorch.models.utils.gpytorch_modules import (
+        get_covar_module_with_dim_scaled_prior,
+    )
+
+    return get_covar_module_with_dim_scaled_prior(ard_num_dims=d, use_rbf_kernel=False)
+
+
+def without_transforms(state: dict) -> dict:
+    """A state dict minus the transforms (for warm starts on new data)."""
+    skip = ("outcome_transform.", "input_transform.")
+    return {k: v for k, v in state.items() if not k.startswith(skip)}
+
+
+class ExactFitter:
+    """``SingleTaskGP`` on all data, warm-started from the last hyperparameters."""
+
+    def __init__(self, d: int) -> None:
+        self.d = d
+        self.model = None
+
+    def fit(self, X, Y, iteration_time=None):
+        from botorch.fit import fit_gpytorch_mll
+        from botorch.models import SingleTaskGP
+        from gpytorch.mlls import ExactMarginalLogLikelihood
+
+        model = SingleTaskGP(X, Y, covar_module=matern(self.d))
+        if self.model is not None:
+            state = without_transforms(self.model.state_dict())
+            model.load_state_dict(state, strict=False, keep_transforms=True)
+        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+        self.model = model
+        return model, X.shape[0]
+
+
+class NystromFitter:
+    """``NystromGP`` (its registered fit: leverage-score dictionary + VFE)."""
+
+    def __init__(self, d: int, seed: int) -> None:
+        self.d = d
+        self.seed = seed
+
+    def fit(self, X, Y, iteration_time=None):
+        from botorch.fit import fit_gpytorch_mll
+        from gpytorch.mlls import ExactMarginalLogLikelihood
+
+        from botorch_sketch import NystromGP
+
+        model = NystromGP(
+            X, Y, covar_module=matern(self.d), seed=self.seed * 1_000_003 + len(X)
+        )
+        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+        return model, int(model.dictionary_indices.numel())
+
+
+class SubsetFitter:
+    """GSSBO / RSSBO through :class:`~botorch_sketch.gssbo.loop.GSSBORefitter`."""
+
+    def __init__(self, mode, d, seed, n_initial, subset_size, dynamic_z):
+        from botorch_sketch.gssbo.loop import GSSBORefitter
+        from botorch_sketch.gssbo.selection import DynamicBufferSize
+
+        dynamic = None
+        if dynamic_z is not None:
+            dynamic = DynamicBufferSize(factor=dynamic_z, min_size=n_initial + 2)
+            subset_size = None
+        self.refitter = GSSBORefitter(
+            subset_size=subset_size,
+            dynamic=dynamic,
+            n_initial=n_initial,
+            seed=seed,
+            mode=mode,
+            covar_module=matern(d),
+        )
+
+    def fit(self, X, Y, iteration_time=None):
+        model = self.refitter.fit(X, Y, iteration_time=iteration_time)
+        return model, int(model.subset_indices.numel())
+
+
+def make_fitter(method: str, d: int, seed: int, args: argparse.Namespace):
+    if method == "exact":
+        return ExactFitter(d)
+    if method == "nystrom":
+        return NystromFitter(d, seed)
+    mode = {"gssbo": "vector", "gssbo_scalar": "scalar", "rssbo": "random"}[method]
+    return SubsetFitter(mode, d, seed, args.n_initial, args.subset_size, args.dynamic_z)
+
+
+# ---------------------------------------------------------------------------------
+# One run
+# ---------------------------------------------------------------------------------
+
+
+def part_path(args: argparse.Namespace, problem: str, method: str, seed: int):
+    return (
+        pathlib.Path(args.out)
+        / "tmp"
+        / f"gssbo_parts_{args.tag}"
+        / (f"{problem}_{method}_{seed}.csv")
+    )
+
+
+def read_rows(path: pathlib.Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def run_task(task: tuple[str, str, int, argparse.Namespace]) -> tuple[str, str, int]:
+    """Run one (problem, method, seed); append a CSV row per iteration."""
+    problem, method, seed, args = task
+    torch.set_num_threads(1)
+    from botorch.acquisition import UpperConfidenceBound
+    from botorch.optim import optimize_acqf
+    from botorch.utils.sampling import draw_sobol_samples
+    from botorch.utils.transforms import unnormalize
+
+    f = make_problem(problem)
+    d = f.dim
+    unit = torch.stack([torch.zeros(d), torch.ones(d)]).to(torch.float64)
+    X = draw_sobol_samples(unit, n=args.n_initial, q=1, seed=seed).squeeze(-2)
+    Y = f(unnormalize(X, f.bounds)).unsqueeze(-1)
+    fitter = make_fitter(method, d, seed, args)
+    path = part_path(args, problem, method, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cum = {"regret": 0.0, "wall": 0.0, "cpu": 0.0}
+    best = -math.inf
+    last_time = None
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=FIELDS)
+        writer.writeheader()
+        for t in range(1, args.iterations + 1):
+            w0, c0 = time.perf_counter(), time.process_time()
+            model, size = fitter.fit(X, Y, iteration_time=last_time)
+            acqf = UpperConfidenceBound(model, beta=args.beta)
+            torch.manual_seed(seed * 100_003 + t)
+            x, _ = optimize_acqf(
+                acqf,
+                unit,
+                q=1,
+                num_restarts=args.num_restarts,
+                raw_samples=args.raw_samples,
+            )
+            wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+            last_time = wall
+            y = f(unnormalize(x, f.bounds)).unsqueeze(-1)
+            X, Y = torch.cat([X, x]), torch.cat([Y, y])
+            regret = float(f.optimal_value - y)
+            best = max(best, float(y))
+            cum["regret"] += regret
+            cum["wall"] += wall
+            cum["cpu"] += cpu
+            writer.writerow(
+                {
+                    "problem": problem,
+                    "method": method,
+                    "seed": seed,
+                    "iteration": t,
+                    "n": X.shape[0] - 1,
+                    "subset_size": size,
+                    "regret": f"{regret:.6g}",
+                    "cum_regret": f"{cum['regret']:.6g}",
+                    "best_regret": f"{float(f.optimal_value) - best:.6g}",
+                    "wall_s": f"{wall:.4f}",
+                    "cpu_s": f"{cpu:.4f}",
+                    "cum_wall_s": f"{cum['wall']:.3f}",
+                    "cum_cpu_s": f"{cum['cpu']:.3f}",
+                }
+            )
+            fh.flush()
+    return problem, method, seed
+
+
+# ---------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------
+
+
+def merge_parts(args: argparse.Namespace, tasks) -> list[dict]:
+    rows = []
+    for problem, method, seed in tasks:
+        rows.extend(read_rows(part_path(args, problem, method, seed)))
+    out = pathlib.Path(args.out) / f"gssbo_{args.tag}.csv"
+    with open(out, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    return rows
+
+
+def final_rows(rows: Sequence[dict], iterations: int) -> dict:
+    """``{(problem, method): [last row of each complete seed]}``."""
+    out: dict = {}
+    for r in rows:
+        if int(r["iteration"]) == iterations:
+            out.setdefault((r["problem"], r["method"]), []).append(r)
+    return out
+
+
+def stats(values: Sequence[float]) -> tuple[float, float, float, float]:
+    t = torch.tensor(values, dtype=torch.float64)
+    sd = float(t.std()) if len(values) > 1 else 0.0
+    return float(t.mean()), sd, float(t.min()), float(t.max())
+
+
+def fmt(values: Sequence[float], spec: str = "{:.3g}") -> str:
+    if not values:
+        return "-"
+    mean, sd, lo, hi = stats(values)
+    lo_hi = f"[{spec.format(lo)}, {spec.format(hi)}]"
+    return f"{spec.format(mean)} ± {spec.format(sd)} {lo_hi}"
+
+
+def machine_line() -> str:
+    cpu = platform.machine()
+    try:
+        text = pathlib.Path("/proc/cpuinfo").read_text()
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in text.splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        pass
+    return (
+        f"{cpu}, {os.cpu_count()} logical cores (shared), torch {torch.__version__}, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, Python "
+        f"{platform.python_version()}, {datetime.date.today().isoformat()}"
+    )
+
+
+def write_report(args: argparse.Namespace, rows: Sequence[dict], command: str) -> None:
+    finals = final_rows(rows, args.iterations)
+    problems = [p for p in args.problems if any(k[0] == p for k in finals)]
+    lines = [
+        f"# GSSBO benchmark (`{args.tag}`)",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Machine: {machine_line()}",
+        "",
+        f"Protocol: n0 = {args.n_initial} Sobol points, {args.iterations} UCB "
+        f"iterations (beta = {args.beta}), optimize_acqf(num_restarts="
+        f"{args.num_restarts}, raw_samples={args.raw_samples}), subset size "
+        + (
+            f"M = {args.subset_size}"
+            if args.dynamic_z is None
+            else f"Z = {args.dynamic_z}"
+        )
+        + ". Values: mean ± sd [min, max] over the complete seeds; times in "
+        "seconds (model + selection + fit + acquisition, evaluation excluded).",
+        "",
+    ]
+    for problem in problems:
+        exact = finals.get((problem, "exact"), [])
+        ex_wall = stats([float(r["cum_wall_s"]) for r in exact])[0] if exact else None
+        ex_cpu = stats([float(r["cum_cpu_s"]) for r in exact])[0] if exact else None
+        lines += [
+            f"## {problem}",
+            "",
+            "| method | seeds | cumulative regret | final simple regret | "
+            "cum. wall time | cum. CPU time | wall / exact | CPU / exact | M (last) |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for method in args.methods:
+            fin = finals.get((problem, method), [])
+            if not fin:
+                continue
+            wall = [float(r["cum_wall_s"]) for r in fin]
+            cpu = [float(r["cum_cpu_s"]) for r in fin]
+            ratio_w = f"{stats(wall)[0] / ex_wall:.2f}" if ex_wall else "-"
+            ratio_c = f"{stats(cpu)[0] / ex_cpu:.2f}" if ex_cpu else "-"
+            lines.append(
+                f"| {LABELS[method]} | {len(fin)} | "
+                f"{fmt([float(r['cum_regret']) for r in fin])} | "
+                f"{fmt([float(r['best_regret']) for r in fin])} | {fmt(wall)} | "
+                f"{fmt(cpu)} | {ratio_w} | {ratio_c} | {fin[0]['subset_size']} |"
+            )
+        lines += ["", *target_lines(problem, finals, args), ""]
+    out = pathlib.Path(args.out) / f"gssbo_{args.tag}.md"
+    out.write_text("\n".join(lines) + "\n")
+    plot(args, rows, problems)
+
+
+def target_lines(problem: str, finals: dict, args: argparse.Namespace) -> list[str]:
+    """The issue's target, evaluated at the recorded horizon."""
+    exact = finals.get((problem, "exact"), [])
+    gss = finals.get((problem, "gssbo"), [])
+    if not exact or not gss:
+        return []
+    ex_reg = [float(r["cum_regret"]) for r in exact]
+    gs_reg = stats([float(r["cum_regret"]) for r in gss])[0]
+    ratio = (
+        stats([float(r["cum_wall_s"]) for r in gss])[0]
+        / stats([float(r["cum_wall_s"]) for r in exact])[0]
+    )
+    lo, hi = min(ex_reg), max(ex_reg)
+    within = lo <= gs_reg <= hi or gs_reg < lo
+    return [
+        f"Target (issue 4, stated for 1,000 iterations): GSSBO total time <= 15% of "
+        f"GP-UCB's with cumulative regret within GP-UCB's seed spread. Measured at "
+        f"{args.iterations} iterations: time ratio {ratio:.2f} "
+        f"({'<=' if ratio <= 0.15 else '>'} 0.15); GSSBO mean cumulative regret "
+        f"{gs_reg:.4g} vs GP-UCB seeds [{lo:.4g}, {hi:.4g}]: "
+        f"{'within or below' if within else 'above'} the spread.",
+    ]
+
+
+def plot(args: argparse.Namespace, rows: Sequence[dict], problems: list[str]) -> None:
+    if not problems:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(
+        2, len(problems), figsize=(4.5 * len(problems), 7), squeeze=False
+    )
+    for col, problem in enumerate(problems):
+        for method in args.methods:
+            runs: dict = {}
+            for r in rows:
+                if r["problem"] == problem and r["method"] == method:
+                    runs.setdefault(r["seed"], []).append(r)
+            runs = {s: v for s, v in runs.items() if len(v) == args.iterations}
+            if not runs:
+                continue
+            t = torch.arange(1, args.iterations + 1)
+            for row, key in enumerate(("cum_regret", "cum_wall_s")):
+                vals = torch.tensor([[float(r[key]) for r in v] for v in runs.values()])
+                ax = axes[row][col]
+                ax.plot(t, vals.mean(0), label=f"{LABELS[method]} ({len(runs)})")
+                ax.fill_between(t, vals.min(0).values, vals.max(0).values, alpha=0.2)
+        axes[0][col].set_title(problem)
+        axes[0][col].set_ylabel("cumulative regret")
+        axes[1][col].set_ylabel("cumulative wall time [s]")
+        axes[1][col].set_xlabel("iteration")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle("mean over seeds, band = min/max")
+    fig.tight_layout()
+    fig.savefig(pathlib.Path(args.out) / f"gssbo_{args.tag}.png", dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------
+# Per-step cost at large N (for extrapolating the time ratio to 1,000 iterations)
+# ---------------------------------------------------------------------------------
+
+SCALING_FIELDS = ("problem", "method", "n", "rep", "wall_s", "cpu_s", "subset_size")
+
+
+def step_cost(problem: str, method: str, n: int, rep: int, args) -> dict:
+    """Time one warm BO step at ``n`` points: refit on ``n + 1`` points + UCB.
+
+    The previous model (on the first ``n`` points, fitted untimed) is the warm
+    start (and GSSBO's pilot), as in the BO loop. The data are a scrambled Sobol
+    design, not a BO trajectory: this measures cost, not regret.
+    """
+    from botorch.acquisition import UpperConfidenceBound
+    from botorch.optim import optimize_acqf
+    from botorch.utils.sampling import draw_sobol_samples
+    from botorch.utils.transforms import unnormalize
+
+    f = make_problem(problem)
+    d = f.dim
+    unit = torch.stack([torch.zeros(d), torch.ones(d)]).to(torch.float64)
+    X = draw_sobol_samples(unit, n=n + 1, q=1, seed=rep).squeeze(-2)
+    Y = f(unnormalize(X, f.bounds)).unsqueeze(-1)
+    fitter = make_fitter(method, d, rep, args)
+    fitter.fit(X[:n], Y[:n])
+    w0, c0 = time.perf_counter(), time.process_time()
+    model, size = fitter.fit(X, Y)
+    acqf = UpperConfidenceBound(model, beta=args.beta)
+    torch.manual_seed(rep)
+    optimize_acqf(
+        acqf, unit, q=1, num_restarts=args.num_restarts, raw_samples=args.raw_samples
+    )
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    return {
+        "problem": problem,
+        "method": method,
+        "n": n,
+        "rep": rep,
+        "wall_s": f"{wall:.4f}",
+        "cpu_s": f"{cpu:.4f}",
+        "subset_size": size,
+    }
+
+
+def run_scaling(args: argparse.Namespace) -> None:
+    """Per-step CPU cost vs ``n``; extrapolated cumulative-time ratio at 1,000 it."""
+    torch.set_num_threads(1)
+    out = pathlib.Path(args.out) / f"gssbo_scaling_{args.tag}.csv"
+    rows = []
+    with open(out, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=SCALING_FIELDS)
+        writer.writeheader()
+        for problem in args.problems:
+            for n in args.scaling_sizes:
+                for method in ("exact", "gssbo"):
+                    for rep in range(args.seeds):
+                        row = step_cost(problem, method, n, rep, args)
+                        logger.info("scaling %s", row)
+                        writer.writerow(row)
+                        fh.flush()
+                        rows.append(row)
+    lines = [
+        f"# GSSBO per-step cost vs n (`{args.tag}`)",
+        "",
+        f"Machine: {machine_line()}",
+        "",
+        "One warm-started BO step (refit on n + 1 points, previous model as warm "
+        f"start / pilot, then UCB optimisation), M = {args.subset_size}, mean CPU "
+        f"seconds over {args.seeds} repetitions (process time; wall in brackets).",
+        "",
+        "| problem | n | exact GP-UCB | GSSBO | GSSBO / exact |",
+        "|---|---|---|---|---|",
+    ]
+    for problem in args.problems:
+        cost = {}
+        for n in args.scaling_sizes:
+            for method in ("exact", "gssbo"):
+                sel = [
+                    r
+                    for r in rows
+                    if r["problem"] == problem and r["method"] == method and r["n"] == n
+                ]
+                cost[method, n] = (
+                    stats([float(r["cpu_s"]) for r in sel])[0],
+                    stats([float(r["wall_s"]) for r in sel])[0],
+                )
+            e, g = cost["exact", n], cost["gssbo", n]
+            lines.append(
+                f"| {problem} | {n} | {e[0]:.3g} ({e[1]:.3g}) | {g[0]:.3g} "
+                f"({g[1]:.3g}) | {g[0] / e[0]:.2f} |"
+            )
+        sizes = list(args.scaling_sizes)
+        total = {}
+        for method in ("exact", "gssbo"):
+            # Piecewise-linear per-step cost in n, constant below the first size.
+            ns = torch.tensor([float(n) for n in sizes])
+            cs = torch.tensor([cost[method, n][0] for n in sizes])
+            steps = torch.arange(args.n_initial, args.n_initial + 1000).double()
+            idx = torch.searchsorted(ns, steps).clamp(1, len(sizes) - 1)
+            w = ((steps - ns[idx - 1]) / (ns[idx] - ns[idx - 1])).clamp(0, 1)
+            total[method] = float((cs[idx - 1] + w * (cs[idx] - cs[idx - 1])).sum())
+        lines += [
+            "",
+            f"{problem}: interpolated cumulative CPU time of 1,000 steps "
+            f"(n = {args.n_initial} .. {args.n_initial + 999}): exact "
+            f"{total['exact']:.0f} s, GSSBO {total['gssbo']:.0f} s, ratio "
+            f"{total['gssbo'] / total['exact']:.2f}.",
+            "",
+        ]
+    (pathlib.Path(args.out) / f"gssbo_scaling_{args.tag}.md").write_text(
+        "\n".join(lines) + "\n"
+    )
+
+
+# ---------------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--problems", default=",".join(PAPER_PROBLEMS), help="comma list")
+    p.add_argument("--methods", default=",".join(ALL_METHODS), help="comma list")
+    p.add_argument("--iterations", type=int, default=1000)
+    p.add_argument("--seeds", type=int, default=10, help="seeds 0 .. seeds-1")
+    p.add_argument("--n-initial", dest="n_initial", type=int, default=20)
+    p.add_argument("--subset-size", dest="subset_size", type=int, default=100)
+    p.add_argument(
+        "--dynamic-z",
+        dest="dynamic_z",
+        type=float,
+        default=None,
+        help="use the paper's timing rule with this Z instead of a fixed M",
+    )
+    p.add_argument("--beta", type=float, default=2.0, help="UCB beta (sqrt convention)")
+    p.add_argument("--num-restarts", dest="num_restarts", type=int, default=2)
+    p.add_argument("--raw-samples", dest="raw_samples", type=int, default=128)
+    p.add_argument("--jobs", type=int, default=1, help="worker processes")
+    p.add_argument("--tag", default="paper", help="output name gssbo_<tag>.*")
+    p.add_argument("--out", default=str(RESULTS))
+    p.add_argument("--no-resume", dest="resume", action="store_false")
+    p.add_argument("--report-only", action="store_true")
+    p.add_argument(
+        "--scaling",
+        action="store_true",
+        help="measure one BO step's cost at --scaling-sizes instead of full runs",
+    )
+    p.add_argument("--scaling-sizes", dest="scaling_sizes", default="100,250,500,1000")
+    args = p.parse_args(argv)
+    args.problems = [s for s in args.problems.split(",") if s]
+    args.methods = [s for s in args.methods.split(",") if s]
+    args.scaling_sizes = [int(s) for s in args.scaling_sizes.split(",") if s]
+    for name, allowed in (("problems", ALL_PROBLEMS), ("methods", ALL_METHODS)):
+        bad = set(getattr(args, name)) - set(allowed)
+        if bad:
+            p.error(f"unknown {name}: {sorted(bad)} (allowed: {allowed})")
+    return args
+
+
+def is_complete(args: argparse.Namespace, task: tuple[str, str, int]) -> bool:
+    rows = read_rows(part_path(args, *task))
+    return bool(rows) and int(rows[-1]["iteration"]) == args.iterations
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
+    if args.scaling:
+        run_scaling(args)
+        return
+    command = "python benchmarks/bench_gssbo.py " + shlex.join(
+        sys.argv[1:] if argv is None else list(argv)
+    )
+    tasks = [
+        (problem, method, seed)
+        for problem in args.problems
+        for seed in range(args.seeds)
+        for method in args.methods
+    ]
+    if not args.report_only:
+        todo = [t for t in tasks if not (args.resume and is_complete(args, t))]
+        logger.info("%d tasks, %d to run, %d jobs", len(tasks), len(todo), args.jobs)
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(args.jobs, maxtasksperchild=1) as pool:
+            for done in pool.imap_unordered(run_task, [(*t, args) for t in todo]):
+                logger.info("finished %s", done)
+                write_report(args, merge_parts(args, tasks), command)
+    write_report(args, merge_parts(args, tasks), command)
+
+
+if __name__ == "__main__":
+    main()
