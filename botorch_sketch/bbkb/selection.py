@@ -42,7 +42,16 @@ from botorch_sketch import linalg
 from botorch_sketch.bbkb.state import BatchState
 from botorch_sketch.bbkb.stopping import StoppingRule
 
-__all__ = ["LazyUCBSelector", "StepRecord", "select_batch"]
+__all__ = [
+    "DEFAULT_POOL_SIZE",
+    "LazyUCBSelector",
+    "PooledUCBSelector",
+    "StepRecord",
+    "select_batch",
+]
+
+#: Initial pool of :class:`PooledUCBSelector` (doubled on demand).
+DEFAULT_POOL_SIZE = 256
 
 
 class StepRecord(NamedTuple):
@@ -118,7 +127,12 @@ class LazyUCBSelector:
         """Exact UCB maximiser (lowest index on ties) among the available arms."""
         if self.exhausted:
             raise RuntimeError("no available arm left in this batch.")
-        return int(torch.argmax(self.u))
+        self._last = int(torch.argmax(self.u))
+        return self._last
+
+    def current(self) -> tuple[float, float]:
+        """``(ucb, variance)`` of the arm returned by the last :meth:`argmax`."""
+        return float(self.u[self._last]), float(self.s2[self._last])
 
     def variances(self) -> Tensor:
         r"""Exact current variances ``sigma~^2_t`` of all arms (refreshes stale ones).
@@ -201,6 +215,202 @@ class LazyUCBSelector:
         self.s2[idx] = self._resid[idx] + Wt.pow(2).sum(0)
 
 
+class PooledUCBSelector:
+    r"""Exact UCB argmax within a batch, on a pool of the best batch-start UCBs.
+
+    Within a batch every UCB can only decrease (frozen mean, non-increasing
+    variances; BBKB App. A.3), so the batch-start UCBs ``u_0(a) = mu(a) + alpha
+    sqrt(s2_0(a))`` bound every later UCB. The selector keeps exact current
+    variances for a pool ``P`` (the ``K`` arms with the largest ``u_0``, kept in
+    increasing index order) and updates all of them eagerly after each
+    hallucinated point with one vectorised Sherman-Morrison downdate (BBKB spec
+    Sec. 4.2),
+
+        s2(a) <- max(s2(a) - (z(a)^T c)^2 / (1 + z^T c), resid(a)),    c = V_t^{-1} z,
+
+    ``O(K r)`` per step in a handful of tensor operations. The argmax over ``P``
+    is the exact argmax over all arms as long as it is strictly larger than the
+    largest ``u_0`` outside ``P`` (ties go to the lowest index, as in the lazy
+    rule); otherwise the pool is doubled, and the new members get their exact
+    current variances from the batch's Sherman-Morrison history, ``s2_t(a) =
+    s2_0(a) - sum_j (h_j^T z(a))^2``. Unlike the lazy rule of
+    :class:`LazyUCBSelector`, nothing is decided per arm in Python, which is what
+    costs time when batches hold thousands of points.
+
+    ``c = V_t^{-1} z`` is one matrix-vector product with ``V_t^{-1}``, kept by
+    rank-one downdates ``V_{t+1}^{-1} = V_t^{-1} - h_t h_t^T``, ``h_t = c /
+    sqrt(1 + z^T c)``. To stop rounding errors from accumulating over long
+    batches (BBKB spec Sec. 4.2), ``V_t = V_s + sum_{s <= j < t} z_j z_j^T`` is
+    refactorised (Cholesky, then its inverse) every ``r`` steps, so a step costs
+    ``O(r^2 + K r)`` amortised.
+
+    Args:
+        state: Frozen batch-start state.
+        alpha: UCB multiplier ``alpha~ >= 0``.
+        allow_repeats: If ``False``, selected arms are masked out for the rest of
+            the batch.
+        pool_size: Initial pool size ``K`` (``None``: all arms, i.e. eager
+            downdates of every arm).
+    """
+
+    def __init__(
+        self,
+        state: BatchState,
+        alpha: float,
+        *,
+        allow_repeats: bool = True,
+        pool_size: int | None = DEFAULT_POOL_SIZE,
+    ) -> None:
+        if state.num_arms == 0:
+            raise ValueError("the candidate set is empty.")
+        if not (alpha >= 0 and math.isfinite(alpha)):
+            raise ValueError(f"alpha must be finite and non-negative, got {alpha}.")
+        if pool_size is not None and not (int(pool_size) == pool_size >= 1):
+            raise ValueError(f"pool_size must be an integer >= 1, got {pool_size}.")
+        self.state = state
+        self.alpha = float(alpha)
+        self.allow_repeats = allow_repeats
+        A, r = state.num_arms, state.rank
+        self._u0 = state.mu + self.alpha * state.s2_0.sqrt()
+        self._order: Tensor | None = None  # arms by decreasing u_0 (lazily)
+        self._K = 0
+        self._P = self._u0.new_empty(0, dtype=torch.long)
+        self._Z = self._u0.new_empty(0, r)
+        self._s2 = self._u0.new_empty(0)
+        self._u = self._u0.new_empty(0)
+        self._resid = self._u0.new_empty(0)
+        self._mu = self._u0.new_empty(0)
+        self._bound = math.inf
+        self._H = self._u0.new_empty(max(16, r), r)  # Sherman-Morrison history
+        self._Zb = self._u0.new_empty(max(16, r), r)  # hallucinated embeddings
+        self.t = 0
+        self._L = state.L
+        self._Vinv = torch.cholesky_inverse(state.L)
+        self._s = 0  # step of the last refactorisation of V
+        self._masked: list[int] = []
+        self._mask_P = torch.zeros(0, dtype=torch.bool, device=self._u0.device)
+        self._available = A
+        self._grow(A if pool_size is None else min(int(pool_size), A))
+        self.n_refreshed = 0
+        self.total_refreshed = 0
+
+    @property
+    def pool_size(self) -> int:
+        """Current pool size ``K``."""
+        return self._K
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether every arm is masked out (only with ``allow_repeats=False``)."""
+        return self._available == 0
+
+    def _grow(self, K: int) -> None:
+        """Make the pool the ``K`` arms of largest ``u_0`` and set the bound."""
+        st, A = self.state, self.state.num_arms
+        if K >= A:
+            K, new_P, self._bound = A, None, -math.inf
+        else:
+            top = torch.topk(self._u0, K + 1)
+            new_P = top.indices[:K]
+            self._bound = float(top.values[K])
+        P = (
+            torch.arange(A, device=self._u0.device)
+            if new_P is None
+            else torch.sort(new_P).values
+        )
+        Z = st.embed(P)
+        s2 = st.s2_0[P]
+        if self.t > 0:
+            Hz = Z @ self._H[: self.t].mT
+            s2 = s2 - torch.linalg.vecdot(Hz, Hz)
+        resid = st.resid_at(P, Z)
+        s2 = torch.maximum(s2, resid)
+        mu = st.mu[P]
+        u = mu + self.alpha * s2.sqrt()
+        mask = torch.zeros(P.shape, dtype=torch.bool, device=P.device)
+        if self._masked:
+            mask = torch.isin(P, torch.tensor(self._masked, device=P.device))
+            u.masked_fill_(mask, -math.inf)
+        self._P, self._Z, self._s2, self._u, self._mask_P = P, Z, s2, u, mask
+        self._resid, self._mu, self._K = resid, mu, K
+        self._P_list: list[int] | None = None
+
+    def _refactor(self) -> None:
+        """``L_t`` from ``V_s + sum_{s <= j < t} z_j z_j^T``; ``V_t^{-1}`` from it."""
+        Zs = self._Zb[self._s : self.t]
+        V = torch.addmm(self._L @ self._L.mT, Zs.mT, Zs)
+        self._L = torch.linalg.cholesky(0.5 * (V + V.mT))
+        self._Vinv = torch.cholesky_inverse(self._L)
+        self._s = self.t
+
+    def argmax(self) -> int:
+        """Exact UCB maximiser (lowest index on ties) among the available arms."""
+        if self.exhausted:
+            raise RuntimeError("no available arm left in this batch.")
+        while True:
+            j = int(torch.argmax(self._u))
+            if float(self._u[j]) > self._bound:
+                self._j = j
+                return self._arm(j)
+            self._grow(2 * self._K)
+
+    def _arm(self, j: int) -> int:
+        if self._P_list is None:
+            self._P_list = self._P.tolist()
+        return self._P_list[j]
+
+    def current(self) -> tuple[float, float]:
+        """``(ucb, variance)`` of the arm returned by the last :meth:`argmax`."""
+        return float(self._u[self._j]), float(self._s2[self._j])
+
+    def variances(self) -> Tensor:
+        r"""Exact current variances ``sigma~^2_t`` of all arms, ``O(A r t)``.
+
+        For diagnostics and tests; the selection only needs the pool.
+        """
+        st = self.state
+        s2 = st.s2_0.clone()
+        if self.t > 0:
+            Hz = st.embed(None) @ self._H[: self.t].mT
+            s2 = s2 - torch.linalg.vecdot(Hz, Hz)
+        return torch.maximum(s2, st.resid)
+
+    def hallucinate(self, i: int) -> None:
+        r"""Add arm ``i`` (the last :meth:`argmax`) to ``V_t`` without feedback.
+
+        ``O(r^2 + K r)`` amortised.
+        """
+        j = self._j
+        if self._arm(j) != i:
+            raise ValueError("hallucinate() expects the arm returned by argmax().")
+        z = self._Z[j]
+        t = self.t
+        if t >= self._H.shape[0]:
+            self._H = torch.cat([self._H, torch.empty_like(self._H)])
+            self._Zb = torch.cat([self._Zb, torch.empty_like(self._Zb)])
+        c = self._Vinv @ z
+        h = c.mul_(torch.dot(z, c).add_(1.0).rsqrt_())
+        self._H[t] = h
+        self._Zb[t] = z
+        self.t = t + 1
+        if self.t - self._s >= max(self.state.rank, 1):
+            self._refactor()
+        else:
+            self._Vinv.addr_(h, h, alpha=-1.0)
+        proj = self._Z @ h
+        s2 = self._s2.sub_(proj.square_())
+        torch.maximum(s2, self._resid, out=s2)
+        u = torch.add(self._mu, s2.sqrt(), alpha=self.alpha)
+        if not self.allow_repeats:
+            self._masked.append(i)
+            self._available -= 1
+            self._mask_P[j] = True
+            u.masked_fill_(self._mask_P, -math.inf)
+        self._u = u
+        self.n_refreshed = self._K
+        self.total_refreshed += self._K
+
+
 def select_batch(
     state: BatchState,
     alpha: float,
@@ -210,6 +420,8 @@ def select_batch(
     allow_repeats: bool = True,
     lazy: bool = True,
     recorder: Callable[[StepRecord], None] | None = None,
+    selector: str = "pool",
+    pool_size: int | None = DEFAULT_POOL_SIZE,
 ) -> list[int]:
     r"""Select one BBKB batch (Alg. 1 L4-L8) on the frozen ``state``.
 
@@ -225,8 +437,13 @@ def select_batch(
         rule: A stopping rule; :meth:`StoppingRule.start` is called here.
         max_batch_size: Optional cap (``>= 1``), e.g. the steps left to the horizon.
         allow_repeats: Allow an arm several times in one batch (paper default).
-        lazy: Lazy UCB evaluation (default) or eager full downdates.
+        lazy: If ``False``, every arm's variance is downdated at every step
+            (eager; the pool is the whole arm set).
         recorder: Optional callback receiving a :class:`StepRecord` per step.
+        selector: ``"pool"`` (:class:`PooledUCBSelector`, default) or ``"lazy"``
+            (:class:`LazyUCBSelector`, the paper's lazy rule). Both return the exact
+            argmax; they differ only in rounding and speed.
+        pool_size: Initial pool size of the ``"pool"`` selector.
 
     Returns:
         The chosen arm indices, in selection order.
@@ -237,29 +454,40 @@ def select_batch(
         raise ValueError(
             f"max_batch_size must be an integer >= 1, got {max_batch_size}."
         )
-    selector = LazyUCBSelector(state, alpha, allow_repeats=allow_repeats, lazy=lazy)
+    if selector == "pool":
+        sel: PooledUCBSelector | LazyUCBSelector = PooledUCBSelector(
+            state,
+            alpha,
+            allow_repeats=allow_repeats,
+            pool_size=pool_size if lazy else None,
+        )
+    elif selector == "lazy":
+        sel = LazyUCBSelector(state, alpha, allow_repeats=allow_repeats, lazy=lazy)
+    else:
+        raise ValueError(f"selector must be 'pool' or 'lazy', got {selector!r}.")
     rule.start(state)
     batch: list[int] = []
+    cap = math.inf if max_batch_size is None else max_batch_size
     while True:
-        i = selector.argmax()
-        var_i = float(selector.s2[i])
+        i = sel.argmax()
+        ucb_i, var_i = sel.current()
         batch.append(i)
         stop = rule.update(i, var_i)
-        full = max_batch_size is not None and len(batch) >= max_batch_size
+        full = len(batch) >= cap
         if recorder is not None:
             recorder(
                 StepRecord(
                     position=len(batch) - 1,
                     arm=i,
-                    ucb=float(selector.u[i]),
+                    ucb=ucb_i,
                     variance=var_i,
                     bound=rule.bound,
                     stop=stop or full,
-                    n_refreshed=selector.n_refreshed,
+                    n_refreshed=sel.n_refreshed,
                 )
             )
         if stop or full:
             return batch
-        selector.hallucinate(i)
-        if selector.exhausted:
+        sel.hallucinate(i)
+        if sel.exhausted:
             return batch

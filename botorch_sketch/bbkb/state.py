@@ -14,8 +14,9 @@ recomputes, for all ``A`` arms and the new dictionary ``S`` (``m`` arm indices):
   ``s2_0(a) = (k(a, a) - ||z(a)||^2) / lam + z(a)^T V_fb^{-1} z(a)``.
 
 These are frozen for the whole next batch (BBKB spec Sec. 3.1, Sec. 4.1). Cost of
-:func:`rebuild`: ``O(A m d + A m^2 + m^3)`` time, ``O(A r)`` memory; the kernel is
-evaluated in row chunks of ``A x m`` blocks, never ``A x A``.
+:func:`rebuild`: ``O(A m d + A m r + m^3)`` time (one ``A x m x r`` product, see
+its docstring), ``O(A m)`` memory for the optional kernel-column cache, else
+``O(chunk x m)``; the kernel is evaluated in row chunks, never ``A x A``.
 
 Units: ``s2_0`` is in RLS units, ``sigma~^2 = sigma^2_DTC / lam`` (BBKB App. A.1;
 :func:`~botorch_sketch.linalg.rls_units`). With ``lam`` equal to the noise variance
@@ -26,7 +27,7 @@ Units: ``s2_0`` is in RLS units, ``sigma~^2 = sigma^2_DTC / lam`` (BBKB App. A.1
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -47,8 +48,11 @@ __all__ = [
 #: Rows of the arm set embedded at once (``chunk x m`` kernel blocks).
 DEFAULT_CHUNK_SIZE = 65_536
 
+#: :func:`rebuild` uses the fused one-product sweep when ``A >= ratio * r``.
+FUSED_MIN_RATIO = 8
 
-@dataclass
+
+@dataclass(eq=False)
 class BatchState:
     r"""Batch-start state of BBKB over ``A`` arms (BBKB spec Sec. 3.1).
 
@@ -59,16 +63,21 @@ class BatchState:
         lam: Ridge ``lam > 0``.
         S_idx: ``m`` sorted, unique arm indices of the dictionary ``S``.
         W: ``m x r`` embedding map, ``z(a) = W^T k_S(a)``.
-        Z: ``A x r`` embeddings of all arms.
         kdiag: ``A`` prior variances ``k(a, a)``.
-        resid: ``A`` Nyström residuals ``max(k(a, a) - ||z(a)||^2, 0) / lam``
-            (RLS units); constant within a batch.
-        counts: ``A`` pull counts ``n_a`` (float64, integer valued).
+        counts: ``A`` pull counts ``n_a`` (integer valued).
         reward_sums: ``A`` sums of the observed rewards per arm.
         L: ``r x r`` lower Cholesky factor of ``V_fb``.
         weights: ``r`` vector ``V_fb^{-1} Z^T y``, so that ``mu = Z @ weights``.
         mu: ``A`` frozen means ``mu~_fb(a)`` (Eq. 1).
         s2_0: ``A`` batch-start variances ``sigma~^2_fb(a)`` (Eq. 3, RLS units).
+        K_SA: Optional ``m x A`` kernel columns ``k(S, A)`` (``None`` when the
+            block exceeds the memory budget; rows of ``Z`` are then recomputed
+            from the kernel).
+        chunk_size: Rows processed at once by the ``A``-sized sweeps.
+
+    The ``A x r`` embeddings :attr:`Z` and residuals :attr:`resid` are computed on
+    first access only: :func:`rebuild` gets ``mu`` and ``s2_0`` without them, and
+    batch selection only needs the rows of the arms it touches (:meth:`embed`).
     """
 
     arms: Tensor
@@ -77,15 +86,17 @@ class BatchState:
     lam: float
     S_idx: Tensor
     W: Tensor
-    Z: Tensor
     kdiag: Tensor
-    resid: Tensor
     counts: Tensor
     reward_sums: Tensor
     L: Tensor
     weights: Tensor
     mu: Tensor
     s2_0: Tensor
+    K_SA: Tensor | None = None
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    _Z: Tensor | None = field(default=None, repr=False)
+    _resid: Tensor | None = field(default=None, repr=False)
 
     @property
     def num_arms(self) -> int:
@@ -100,7 +111,47 @@ class BatchState:
     @property
     def rank(self) -> int:
         """Embedding dimension ``r <= m``."""
-        return self.Z.shape[-1]
+        return self.W.shape[-1]
+
+    @property
+    def Z(self) -> Tensor:
+        r"""``A x r`` embeddings of all arms (computed once, ``O(A m r)``)."""
+        if self._Z is None:
+            self._Z = self.embed(None)
+        return self._Z
+
+    @property
+    def resid(self) -> Tensor:
+        r"""``A`` Nyström residuals ``max(k(a, a) - ||z(a)||^2, 0) / lam``."""
+        if self._resid is None:
+            self._resid = linalg.embedding_residual(self.kdiag, self.Z) / self.lam
+        return self._resid
+
+    def embed(self, idx: Tensor | None = None) -> Tensor:
+        r"""Embeddings ``z(a) = W^T k_S(a)`` of the arms ``idx`` (all if ``None``).
+
+        ``O(n m r)`` for ``n`` arms, from the cached kernel columns when present
+        (else the kernel is evaluated, in chunks of :attr:`chunk_size` rows).
+        """
+        if self._Z is not None:
+            return self._Z if idx is None else self._Z[idx]
+        if self.K_SA is not None:
+            cols = self.K_SA if idx is None else self.K_SA[:, idx]
+            return cols.mT @ self.W
+        X = self.arms if idx is None else self.arms[idx]
+        X_S = self.arms[self.S_idx]
+        out = X.new_empty(X.shape[0], self.rank)
+        if self.rank > 0:
+            for lo, hi in _chunks(X.shape[0], self.chunk_size):
+                out[lo:hi] = self.kernel(X[lo:hi], X_S) @ self.W
+        return out
+
+    def resid_at(self, idx: Tensor, Z_idx: Tensor | None = None) -> Tensor:
+        r"""Residuals :attr:`resid` of the arms ``idx`` only (``O(n m r)``)."""
+        if self._resid is not None:
+            return self._resid[idx]
+        Z_idx = self.embed(idx) if Z_idx is None else Z_idx
+        return linalg.embedding_residual(self.kdiag[idx], Z_idx) / self.lam
 
     def solve(self, v: Tensor) -> Tensor:
         r"""``V_fb^{-1} v`` for an ``r`` vector or an ``r x k`` matrix, ``O(r^2 k)``."""
@@ -122,21 +173,25 @@ class BatchState:
         Returns:
             Variances in RLS units, shape ``n``.
         """
-        idx = torch.arange(self.num_arms) if idx is None else idx
+        if idx is None:
+            idx = torch.arange(self.num_arms, device=self.arms.device)
         V = self.L @ self.L.mT
         if hallucinated is not None and hallucinated.numel() > 0:
-            Zh = self.Z[hallucinated]
+            Zh = self.embed(hallucinated)
             V = V + Zh.mT @ Zh
         Lh = torch.linalg.cholesky(V)
-        Wt = torch.linalg.solve_triangular(Lh, self.Z[idx].mT, upper=False)
-        return self.resid[idx] + Wt.pow(2).sum(0)
+        Z_idx = self.embed(idx)
+        Wt = torch.linalg.solve_triangular(Lh, Z_idx.mT, upper=False)
+        return self.resid_at(idx, Z_idx) + Wt.pow(2).sum(0)
 
     def covariance_with(self, j: int, c_j: Tensor | None = None) -> Tensor:
         r"""Batch-start covariances ``k~_fb(a, x_j)`` for all arms ``a`` (Eq. 2).
 
         ``k~_fb(a, x_j) = (k(a, x_j) - z(a)^T z_j) / lam + z(a)^T V_fb^{-1} z_j``,
         the full approximate covariance including the Nyström residual (what the
-        local rule of Lemma 3 needs, BBKB spec Sec. 5.2). ``O(A (d + r) + r^2)``.
+        local rule of Lemma 3 needs, BBKB spec Sec. 5.2). Computed as
+        ``k(a, x_j) / lam + k_S(a)^T W (c_j - z_j / lam)``: one matrix-vector
+        product with the kernel columns, ``O(A (d + m) + m r)``.
 
         Args:
             j: Arm index ``x_j``.
@@ -145,15 +200,22 @@ class BatchState:
         Returns:
             An ``A`` tensor.
         """
-        z_j = self.Z[j]
+        idx = torch.tensor([j], device=self.arms.device)
+        z_j = self.embed(idx)[0]
         if c_j is None:
             c_j = self.solve(z_j)
+        g = self.W @ (c_j - z_j / self.lam)
         x_j = self.arms[j : j + 1]
-        out = torch.empty(self.num_arms, dtype=self.Z.dtype, device=self.Z.device)
-        for lo, hi in _chunks(self.num_arms, DEFAULT_CHUNK_SIZE):
-            Zc = self.Z[lo:hi]
-            k = self.kernel(self.arms[lo:hi], x_j).squeeze(-1)
-            out[lo:hi] = (k - Zc @ z_j) / self.lam + Zc @ c_j
+        out = torch.empty(self.num_arms, dtype=self.W.dtype, device=self.W.device)
+        X_S = self.arms[self.S_idx]
+        for lo, hi in _chunks(self.num_arms, self.chunk_size):
+            k = self.kernel(self.arms[lo:hi], x_j).squeeze(-1) / self.lam
+            if self.rank == 0:
+                out[lo:hi] = k
+            elif self.K_SA is not None:
+                out[lo:hi] = torch.addmv(k, self.K_SA[:, lo:hi].mT, g)
+            else:
+                out[lo:hi] = torch.addmv(k, self.kernel(self.arms[lo:hi], X_S), g)
         return out
 
 
@@ -179,7 +241,7 @@ class KernelColumnCache:
 
     def __init__(self, arms: Tensor, kernel: KernelFn, max_bytes: int = 2**30) -> None:
         self.arms, self.kernel, self.max_bytes = arms, kernel, max_bytes
-        self._ids = torch.empty(0, dtype=torch.long)
+        self._ids = torch.empty(0, dtype=torch.long, device=arms.device)
         self._K_T = arms.new_empty(0, arms.shape[0])  # m x A, one row per column
 
     def columns(self, S_idx: Tensor) -> Tensor | None:
@@ -192,13 +254,15 @@ class KernelColumnCache:
             pos = torch.searchsorted(self._ids, S_idx).clamp_max(n_old - 1)
             hit = self._ids[pos] == S_idx
         else:
-            pos = hit = torch.zeros(m, dtype=torch.bool)
+            pos = torch.zeros(m, dtype=torch.long, device=S_idx.device)
+            hit = torch.zeros(m, dtype=torch.bool, device=S_idx.device)
         K_T = self._K_T.new_empty(m, A)
-        if hit.any():
-            K_T[hit] = self._K_T[pos[hit]]
-        miss = ~hit
-        if miss.any():
-            K_T[miss] = self.kernel(self.arms[S_idx[miss]], self.arms)
+        hit_rows = hit.nonzero().squeeze(-1)
+        if hit_rows.numel():
+            K_T.index_copy_(0, hit_rows, self._K_T.index_select(0, pos[hit_rows]))
+        miss_rows = (~hit).nonzero().squeeze(-1)
+        if miss_rows.numel():
+            K_T[miss_rows] = self.kernel(self.arms[S_idx[miss_rows]], self.arms)
         self._ids, self._K_T = S_idx.clone(), K_T
         return K_T
 
@@ -255,17 +319,31 @@ def rebuild(
 ) -> BatchState:
     r"""Recompute the frozen state at a resparsification (BBKB Alg. 1 L18).
 
-    With ``Z = embed(A, S)``, pulled arms ``P = {a : n_a > 0}``:
+    With ``z(a) = W^T k_S(a)`` and pulled arms ``P = {a : n_a > 0}``:
 
-        V_fb = Z_P^T diag(n_P) Z_P + lam I = L L^T
-        weights = V_fb^{-1} Z_P^T Ysum_P,        mu = Z weights             (Eq. 1)
-        s2_0 = (kdiag - ||z||^2)_+ / lam + ||L^{-1} z||^2                    (Eq. 3)
+        V_fb = Z_P^T diag(n_P) Z_P + lam I = L L^T = Q diag(e) Q^T
+        weights = V_fb^{-1} Z_P^T Ysum_P,       mu(a) = k_S(a)^T (W weights)   (Eq. 1)
+        s2_0(a) = (k(a, a) - ||D^T z(a)||^2)_+ / lam,
+                  D = Q diag(sqrt(1 - lam / e)),  D D^T = I - lam V_fb^{-1}     (Eq. 3)
 
-    Cost ``O(A m (d + r) + m^3 + |P| r^2 + A r^2)``. An empty dictionary gives
-    ``r = 0``, ``mu = 0`` and ``s2_0 = k(a, a) / lam`` (BBKB spec Sec. 11.3).
+    The last line is Eq. 3, ``(k - ||z||^2) / lam + z^T V^{-1} z``, with both
+    quadratic forms folded into one: all ``A`` arms then cost a single
+    ``A x m x (r + 1)`` product with ``[W D | W weights]`` (chunked), the flop
+    floor of a resparsification, instead of forming ``Z`` and then ``Z L^{-T}``
+    (twice the flops). The rounding error is the one of the Nyström residual
+    ``k - ||z||^2`` of the two-term form, ``O(m eps k / lam)``. ``Z`` itself is only
+    formed for the pulled arms (``O(|P| m r)``); :attr:`BatchState.Z` builds the
+    rest on demand. The fused form needs an ``r x r`` eigendecomposition, so when
+    ``A < FUSED_MIN_RATIO * r`` (few arms per dimension) the two-product form is
+    used instead, and ``Z`` is kept.
+
+    Cost ``O(A m (d + r) + m^3 + |P| m r)`` time; ``O(A m)`` memory for the cached
+    kernel columns, else ``O(chunk_size m)``. An empty dictionary gives ``r = 0``,
+    ``mu = 0`` and ``s2_0 = k(a, a) / lam`` (BBKB spec Sec. 11.3).
 
     Args:
-        arms: ``A x d`` candidate set (float64 recommended).
+        arms: ``A x d`` candidate set (float64 recommended, see
+            :func:`~botorch_sketch.bbkb.loop.run_bbkb`'s ``dtype``).
         kernel: Dense kernel callable ``k(X1, X2)``.
         kernel_diag: Kernel diagonal callable.
         S_idx: Dictionary arm indices (deduplicated and sorted here).
@@ -273,7 +351,7 @@ def rebuild(
         reward_sums: ``A`` sums of observed rewards per arm.
         lam: Ridge ``lam > 0``.
         kdiag: Optional cached ``kernel_diag(arms)``.
-        chunk_size: Rows embedded at once.
+        chunk_size: Rows processed at once.
         cache: Optional :class:`KernelColumnCache` reused across rebuilds.
 
     Returns:
@@ -291,47 +369,80 @@ def rebuild(
         )
     if not lam > 0:
         raise ValueError(f"lam must be positive, got {lam}.")
-    S_idx = torch.unique(S_idx.to(torch.long))  # sorted, deduplicated
+    S_idx = torch.unique(S_idx.to(device=arms.device, dtype=torch.long))
     if S_idx.numel() and (S_idx[0] < 0 or S_idx[-1] >= A):
         raise ValueError(f"dictionary indices must lie in [0, {A}).")
     if kdiag is None:
         kdiag = kernel_diag(arms)
-    W, Z = embed_arms(arms, kernel, S_idx, chunk_size, cache)
-    r = Z.shape[-1]
-    counts = counts.to(Z)
-    reward_sums = reward_sums.to(Z)
-    pulled = (counts > 0).nonzero().squeeze(-1)
-    Zp = Z[pulled]
-    V = Zp.mT @ (Zp * counts[pulled].unsqueeze(-1))
-    V = 0.5 * (V + V.mT) + lam * torch.eye(r, dtype=Z.dtype, device=Z.device)
-    L = torch.linalg.cholesky(V)
-    b = Zp.mT @ reward_sums[pulled]
-    weights = torch.cholesky_solve(b.unsqueeze(-1), L).squeeze(-1)
-    resid = linalg.embedding_residual(kdiag, Z) / lam
-    mu = Z @ weights
-    # ||L^{-1} z||^2 with an explicit triangular inverse: a plain matmul is faster
-    # than a triangular solve with A right-hand sides, and L is well conditioned
-    # (eigenvalues of V in [lam, lam + t kappa^2]).
-    eye = torch.eye(r, dtype=Z.dtype, device=Z.device)
-    L_inv_T = torch.linalg.solve_triangular(L, eye, upper=False).mT
-    s2_0 = torch.empty_like(resid)
-    for lo, hi in _chunks(A, chunk_size):
-        s2_0[lo:hi] = resid[lo:hi] + (Z[lo:hi] @ L_inv_T).pow(2).sum(-1)
-    logger.debug("rebuild: m=%d, r=%d, pulled=%d", S_idx.numel(), r, pulled.numel())
-    return BatchState(
+    K_SA = cache.columns(S_idx) if cache is not None else None
+    X_S = arms[S_idx]
+    K_S = kernel(X_S, X_S) if K_SA is None else K_SA[:, S_idx]
+    W = linalg.nystrom_embedding_map(K_S)
+    r = W.shape[-1]
+    counts = counts.to(W)
+    reward_sums = reward_sums.to(W)
+    state = BatchState(
         arms=arms,
         kernel=kernel,
         kernel_diag=kernel_diag,
         lam=float(lam),
         S_idx=S_idx,
         W=W,
-        Z=Z,
         kdiag=kdiag,
-        resid=resid,
         counts=counts,
         reward_sums=reward_sums,
-        L=L,
-        weights=weights,
-        mu=mu,
-        s2_0=s2_0,
+        L=W.new_empty(r, r),
+        weights=W.new_empty(r),
+        mu=W.new_empty(A),
+        s2_0=W.new_empty(A),
+        K_SA=K_SA,
+        chunk_size=chunk_size,
     )
+    pulled = (counts > 0).nonzero().squeeze(-1)
+    Zp = state.embed(pulled)
+    V = Zp.mT @ (Zp * counts[pulled].unsqueeze(-1))
+    V = 0.5 * (V + V.mT) + lam * torch.eye(r, dtype=W.dtype, device=W.device)
+    state.L = torch.linalg.cholesky(V)
+    b = Zp.mT @ reward_sums[pulled]
+    state.weights = torch.cholesky_solve(b.unsqueeze(-1), state.L).squeeze(-1)
+    if A < FUSED_MIN_RATIO * max(r, 1):
+        # Few arms per embedding dimension: the two-product form is cheaper than
+        # the r x r eigendecomposition of the fused one, and keeps Z.
+        Z = state.embed(None)
+        state._Z = Z
+        state.mu = Z @ state.weights
+        L_inv_T = torch.linalg.solve_triangular(
+            state.L, torch.eye(r, dtype=W.dtype, device=W.device), upper=False
+        ).mT
+        state.s2_0 = state.resid + (Z @ L_inv_T).square().sum(-1)
+    else:
+        _fused_sweep(state, V, X_S)
+    logger.debug("rebuild: m=%d, r=%d, pulled=%d", S_idx.numel(), r, pulled.numel())
+    return state
+
+
+def _fused_sweep(state: BatchState, V: Tensor, X_S: Tensor) -> None:
+    r"""``mu`` and ``s2_0`` of all arms with one ``A x m x (r + 1)`` product.
+
+    ``D D^T = I - lam V^{-1}`` with ``V = Q diag(e) Q^T`` (``e >= lam``, clamped for
+    rounding), ``D = Q diag(sqrt(1 - lam / e))``; see :func:`rebuild`.
+    """
+    lam, r, A = state.lam, state.rank, state.num_arms
+    e, Q = torch.linalg.eigh(V)
+    D = Q * (1.0 - lam / e.clamp_min(lam)).sqrt()
+    B = torch.cat([state.W @ D, (state.W @ state.weights).unsqueeze(-1)], dim=-1)
+    for lo, hi in _chunks(A, state.chunk_size):
+        if r == 0:
+            state.mu[lo:hi] = 0.0
+            state.s2_0[lo:hi] = state.kdiag[lo:hi] / lam
+            continue
+        K_block = (
+            state.K_SA[:, lo:hi].mT
+            if state.K_SA is not None
+            else state.kernel(state.arms[lo:hi], X_S)
+        )
+        G = K_block @ B
+        state.mu[lo:hi] = G[:, r]
+        Gd = G[:, :r]
+        quad = torch.linalg.vecdot(Gd, Gd)
+        state.s2_0[lo:hi] = ((state.kdiag[lo:hi] - quad) / lam).clamp_min_(0.0)

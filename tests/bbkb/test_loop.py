@@ -190,3 +190,68 @@ def test_loop_validation():
         run_bbkb(X, orc, 0, k, kd, 0.1, progress=False)
     with pytest.raises(ValueError, match="max_batch_size"):
         run_bbkb(X, orc, 10, k, kd, 0.1, max_batch_size=0, progress=False)
+
+
+# Arms chosen by the implementation before the speed-ups of issue 8 (commit
+# 9cdc4ad, float64): (number of batches, sum_t t * arm_t over the whole run, first
+# 10 arms). The faster code must make exactly the same choices.
+PINNED = {
+    "synthetic_global": (150, 10269554, [986, 648, 1608, 1838, 488, 1689, 738]),
+    "synthetic_bkb": (60, 1788302, [986, 1514, 1867, 434, 1481, 1597, 1389]),
+    "synthetic_norepeat": (120, 6294359, [1530, 347, 1135, 164, 738, 283, 358]),
+    "synthetic_eager": (120, 6294359, [1530, 347, 1135, 164, 738, 283, 358]),
+    "synthetic_gp_bucb": (150, 10914198, [986, 648, 1608, 1838, 488, 554, 738]),
+    "cadata_std_global": (60, 18360519, [6764, 15360, 13139, 8985, 16171, 12374]),
+    "cadata_minmax_global": (45, 10431319724, [6764, 9880, 16171, 2538, 1566]),
+    "cadata_minmax_global_local": (27, 3113190294, [6764, 9880, 16171, 2538, 1566]),
+}
+
+
+def _pinned_run(name: str):
+    from botorch_sketch.datasets import (
+        load_cadata,
+        rescale_target,
+        standardize_features,
+    )
+    from botorch_sketch.demo import synthetic_problem
+
+    if name.startswith("synthetic"):
+        X, f = synthetic_problem(2000, 3, seed=0)
+        k, kd = rbf_kernel(0.3)
+        oracle = noisy_oracle(f, 0.01, torch.Generator().manual_seed(7))
+        args = (X, oracle)
+        kw = dict(lam=1e-2, f_true=f, progress=False)
+        if name == "synthetic_gp_bucb":
+            return run_gp_bucb(*args, 150, k, kd, seed=3, **kw)
+        opts = {
+            "synthetic_global": dict(T=150, seed=3),
+            "synthetic_bkb": dict(T=60, seed=3, rule="bkb"),
+            "synthetic_norepeat": dict(
+                T=120, seed=4, allow_repeats=False, max_batch_size=25
+            ),
+            "synthetic_eager": dict(T=120, seed=4, lazy=False),
+        }[name]
+        return run_bbkb(*args, kernel=k, kernel_diag=kd, **opts, **kw)
+    Xc, y = load_cadata()
+    f = rescale_target(y).to(DT)
+    if "std" in name:
+        X, T = standardize_features(Xc).to(DT), 60
+    else:
+        lo, hi = Xc.amin(0), Xc.amax(0)
+        X, T = ((Xc - lo) / (hi - lo)).to(DT), 1500 if name.endswith("global") else 800
+    k, kd = rbf_kernel(12.5)
+    oracle = noisy_oracle(f, 0.01, torch.Generator().manual_seed(1000))
+    rule = "global_local" if name.endswith("global_local") else "global"
+    return run_bbkb(
+        X, oracle, T, k, kd, 1e-4, rule=rule, f_true=f, seed=0, progress=False
+    )
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_choices_pinned_against_pre_speedup_code(name):
+    num_batches, checksum, first = PINNED[name]
+    res = _pinned_run(name)
+    arms = res.arms
+    assert arms[: len(first)].tolist() == first
+    assert res.num_batches == num_batches
+    assert int((arms * torch.arange(1, arms.numel() + 1)).sum()) == checksum
