@@ -1,0 +1,36 @@
+r"""Ax integration: named generation strategies, adaptive batch trials, storage.
+
+Importing this module registers the package's classes with Ax's storage and
+BoTorch's acquisition input constructors, so experiments using our strategies save
+and load with ``ax.storage.json_store`` / ``Client.save_to_json_file``.
+
+Example:
+    >>> from ax import Client, RangeParameterConfig
+    >>> from botorch_sketch.ax import get_generation_strategy
+    >>> client = Client(random_seed=0)
+    >>> client.configure_experiment(parameters=[...])
+    >>> client.configure_optimization(objective="-branin")
+    >>> client.set_generation_strategy(get_generation_strategy("bbkb"))
+"""
+
+from botorch_sketch.ax import input_constructors  # noqa: F401  (registration)
+from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
+from botorch_sketch.ax.storage import register_with_ax
+from botorch_sketch.ax.strategies import (
+    get_generation_strategy,
+    list_generation_strategies,
+    strategy_options,
+)
+from botorch_sketch.ax.trials import get_next_batch, new_adaptive_batch_trial
+
+register_with_ax()
+
+__all__ = [
+    "AdaptiveBatchAcquisition",
+    "get_generation_strategy",
+    "get_next_batch",
+    "list_generation_strategies",
+    "new_adaptive_batch_trial",
+    "register_with_ax",
+    "strategy_options",
+]

@@ -1,0 +1,45 @@
+r"""Registration of our classes with Ax's JSON (and SQL) storage.
+
+Ax stores a class by a registered name and looks the name up when loading
+(``ax.storage.botorch_modular_registry``), so every process that saves or loads an
+experiment using our strategies must register them first. Importing
+``botorch_sketch.ax`` does that; :func:`register_with_ax` is idempotent and can be
+called again explicitly.
+"""
+
+from __future__ import annotations
+
+from ax.storage.botorch_modular_registry import (
+    ACQUISITION_FUNCTION_REGISTRY,
+    ACQUISITION_REGISTRY,
+    MODEL_REGISTRY,
+    register_acquisition,
+    register_acquisition_function,
+    register_model,
+)
+
+from botorch_sketch.acquisition.bbkb import BatchUpperConfidenceBound
+from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
+from botorch_sketch.models.nystrom import NystromGP
+
+__all__ = ["register_with_ax"]
+
+#: The BoTorch models our strategies store.
+MODELS = (NystromGP,)
+#: The BoTorch acquisition functions our strategies store.
+ACQUISITION_FUNCTIONS = (BatchUpperConfidenceBound,)
+#: The Ax ``Acquisition`` classes our strategies store.
+ACQUISITIONS = (AdaptiveBatchAcquisition,)
+
+
+def register_with_ax() -> None:
+    r"""Register our models, acquisition functions and ``Acquisition`` classes."""
+    for model in MODELS:
+        if model not in MODEL_REGISTRY:
+            register_model(model)
+    for acqf in ACQUISITION_FUNCTIONS:
+        if acqf not in ACQUISITION_FUNCTION_REGISTRY:
+            register_acquisition_function(acqf)
+    for acquisition in ACQUISITIONS:
+        if acquisition not in ACQUISITION_REGISTRY:
+            register_acquisition(acquisition)

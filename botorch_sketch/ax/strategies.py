@@ -1,0 +1,278 @@
+r"""Named Ax generation strategies for the package's methods.
+
+``get_generation_strategy(name, **options)`` returns a ``GenerationStrategy`` of a
+seeded Sobol initialisation followed by Ax's modular BoTorch generator
+(``Generators.BOTORCH_MODULAR``) with our model, acquisition function and, for the
+adaptive-batch methods, :class:`~botorch_sketch.ax.AdaptiveBatchAcquisition`:
+
+- ``"bkb"``: ``NystromGP`` + ``BatchUpperConfidenceBound``, one arm per batch (BKB,
+  Calandriello et al., COLT 2019; rule ``"bkb"``);
+- ``"bbkb"``: as above, batch size chosen by the global rule (BBKB, ICML 2020,
+  Lemma 1);
+- ``"bbkb-local"``: as above with the global-local rule (ICML 2020, Lemma 3).
+
+Every option is stored in the strategy (Ax JSON) and validated here: an unknown
+name or option raises a ``ValueError`` that lists what exists.
+
+Reproducibility: the Sobol step and the model take ``seed``; the BBKB acquisition
+seeds each call from ``seed`` and the number of observed and pending points; and
+``warm_start_refit`` is off, so a fit never depends on the previous fit held in
+memory. The same experiment state therefore gives the same arms, also after saving
+and loading the experiment in a new process.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ax.adapter.registry import Generators
+from ax.generation_strategy.generation_node import GenerationNode
+from ax.generation_strategy.generation_strategy import GenerationStrategy
+from ax.generation_strategy.generator_spec import GeneratorSpec
+from ax.generation_strategy.transition_criterion import MinTrials
+from ax.generators.torch.botorch_modular.surrogate import SurrogateSpec
+from ax.generators.torch.botorch_modular.utils import ModelConfig
+
+from botorch_sketch.acquisition.bbkb import BatchUpperConfidenceBound
+from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
+from botorch_sketch.models.nystrom import NystromGP
+
+__all__ = [
+    "StrategyRecipe",
+    "get_generation_strategy",
+    "list_generation_strategies",
+]
+
+#: Options every strategy takes, with their defaults.
+COMMON_OPTIONS: dict[str, Any] = {
+    "initialization_budget": 5,
+    "seed": 0,
+    "num_restarts": 8,
+    "raw_samples": 256,
+}
+
+
+@dataclass(frozen=True)
+class StrategyRecipe:
+    r"""How to build one named strategy.
+
+    Attributes:
+        name: The registry name.
+        node_name: Name of the model-based generation node.
+        summary: One line for :func:`list_generation_strategies`.
+        options: Method options and their defaults (besides ``COMMON_OPTIONS``).
+        generator_kwargs: ``options -> generator_kwargs`` of the model-based node.
+    """
+
+    name: str
+    node_name: str
+    summary: str
+    generator_kwargs: Callable[[dict[str, Any]], dict[str, Any]]
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+# -------------------------------------------------------------------------------
+# BKB / BBKB
+# -------------------------------------------------------------------------------
+
+_NYSTROM_OPTIONS: dict[str, Any] = {
+    "beta": None,
+    "alpha": None,
+    "q_bar": 2.0,
+    "max_dictionary_size": None,
+    "candidate_set": None,
+    "allow_repeats": False,
+}
+_BBKB_OPTIONS: dict[str, Any] = {**_NYSTROM_OPTIONS, "C": 2.0, "max_batch_size": None}
+
+
+def _nystrom_kwargs(rule: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def build(opts: dict[str, Any]) -> dict[str, Any]:
+        model_options = {"seed": opts["seed"], "q_bar": float(opts["q_bar"])}
+        if opts["max_dictionary_size"] is not None:
+            model_options["max_dictionary_size"] = int(opts["max_dictionary_size"])
+        acqf_options = {
+            key: float(opts[key]) for key in ("alpha", "beta") if opts[key] is not None
+        }
+        acquisition_options = {
+            "rule": rule,
+            "C": float(opts.get("C", 1.0)),
+            "max_batch_size": opts.get("max_batch_size"),
+            "candidate_set": opts["candidate_set"],
+            "allow_repeats": bool(opts["allow_repeats"]),
+            "seed": opts["seed"],
+        }
+        return {
+            "surrogate_spec": SurrogateSpec(
+                model_configs=[
+                    ModelConfig(
+                        botorch_model_class=NystromGP,
+                        model_options=model_options,
+                        name="NystromGP",
+                    )
+                ]
+            ),
+            "botorch_acqf_class": BatchUpperConfidenceBound,
+            "botorch_acqf_options": acqf_options,
+            "acquisition_class": AdaptiveBatchAcquisition,
+            "acquisition_options": acquisition_options,
+        }
+
+    return build
+
+
+_RECIPES: dict[str, StrategyRecipe] = {}
+
+
+def _register(recipe: StrategyRecipe) -> None:
+    _RECIPES[recipe.name] = recipe
+
+
+for _name, _node, _rule, _options, _summary in (
+    (
+        "bkb",
+        "BKB",
+        "bkb",
+        _NYSTROM_OPTIONS,
+        "NystromGP (DTC, leverage-score dictionary) + batch UCB, one arm per batch "
+        "(Calandriello et al., COLT 2019)",
+    ),
+    (
+        "bbkb",
+        "BBKB",
+        "global",
+        _BBKB_OPTIONS,
+        "BKB with adaptive batches, global stopping rule C (Calandriello et al., "
+        "ICML 2020)",
+    ),
+    (
+        "bbkb-local",
+        "BBKB-local",
+        "global_local",
+        _BBKB_OPTIONS,
+        "BBKB with the global-local stopping rule (larger batches, ICML 2020 "
+        "Lemma 3)",
+    ),
+):
+    _register(
+        StrategyRecipe(
+            name=_name,
+            node_name=_node,
+            summary=_summary,
+            generator_kwargs=_nystrom_kwargs(_rule),
+            options=_options,
+        )
+    )
+
+
+# -------------------------------------------------------------------------------
+# Public API
+# -------------------------------------------------------------------------------
+
+
+def list_generation_strategies() -> dict[str, str]:
+    r"""``{name: one-line summary}`` of every registered strategy."""
+    return {name: recipe.summary for name, recipe in sorted(_RECIPES.items())}
+
+
+def strategy_options(name: str) -> dict[str, Any]:
+    r"""Every option of strategy ``name`` with its default."""
+    recipe = _recipe(name)
+    return {**COMMON_OPTIONS, **recipe.options}
+
+
+def get_generation_strategy(name: str, **options: Any) -> GenerationStrategy:
+    r"""A ``GenerationStrategy``: Sobol initialisation, then method ``name``.
+
+    Args:
+        name: A name from :func:`list_generation_strategies`.
+        **options: ``initialization_budget`` (Sobol trials, default 5), ``seed``
+            (default 0), ``num_restarts`` / ``raw_samples`` (acquisition
+            optimisation on a box) and the method's own options
+            (:func:`strategy_options` lists them with defaults).
+
+    Returns:
+        A ``GenerationStrategy`` named ``"Sobol+<method>"``; give it to
+        ``client.set_generation_strategy``.
+    """
+    recipe = _recipe(name)
+    opts = strategy_options(name)
+    unknown = sorted(set(options) - set(opts))
+    if unknown:
+        raise ValueError(
+            f"Unknown option(s) {unknown} for strategy {name!r}; it takes "
+            f"{sorted(opts)}."
+        )
+    opts.update(options)
+    _validate_common(opts)
+    generator_kwargs = recipe.generator_kwargs(opts)
+    generator_kwargs["warm_start_refit"] = False
+    optimizer_kwargs = {
+        "num_restarts": opts["num_restarts"],
+        "raw_samples": opts["raw_samples"],
+    }
+    sobol = GenerationNode(
+        name="Sobol",
+        generator_specs=[
+            GeneratorSpec(
+                generator_enum=Generators.SOBOL,
+                generator_kwargs={"seed": opts["seed"]},
+            )
+        ],
+        transition_criteria=[
+            MinTrials(
+                threshold=opts["initialization_budget"],
+                transition_to=recipe.node_name,
+                use_all_trials_in_exp=True,
+            )
+        ],
+    )
+    model_node = GenerationNode(
+        name=recipe.node_name,
+        generator_specs=[
+            GeneratorSpec(
+                generator_enum=Generators.BOTORCH_MODULAR,
+                generator_kwargs=generator_kwargs,
+                generator_gen_kwargs={
+                    "model_gen_options": {"optimizer_kwargs": optimizer_kwargs}
+                },
+            )
+        ],
+    )
+    return GenerationStrategy(
+        name=f"Sobol+{recipe.node_name}", nodes=[sobol, model_node]
+    )
+
+
+def _recipe(name: str) -> StrategyRecipe:
+    if name not in _RECIPES:
+        raise ValueError(
+            f"Unknown strategy {name!r}; available: {sorted(_RECIPES)}."
+        )
+    return _RECIPES[name]
+
+
+def _validate_common(opts: dict[str, Any]) -> None:
+    for key in ("initialization_budget", "num_restarts", "raw_samples"):
+        value = opts[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{key} must be a positive int, got {value!r}.")
+    seed = opts["seed"]
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}.")
+    for key in ("beta", "alpha", "C", "q_bar"):
+        value = opts.get(key)
+        if value is not None and not (
+            isinstance(value, int | float) and math.isfinite(value) and value >= 0
+        ):
+            raise ValueError(f"{key} must be a finite number >= 0, got {value!r}.")
+    if opts.get("C") is not None and opts["C"] < 1:
+        raise ValueError(f"C must be >= 1, got {opts['C']!r}.")
+    size = opts.get("max_batch_size")
+    if size is not None and (
+        isinstance(size, bool) or not isinstance(size, int) or size < 1
+    ):
+        raise ValueError(f"max_batch_size must be a positive int, got {size!r}.")

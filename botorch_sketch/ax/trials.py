@@ -1,0 +1,196 @@
+r"""Adaptive-size batches as Ax trials.
+
+BBKB decides the batch size itself (:class:`~botorch_sketch.ax.AdaptiveBatchAcquisition`
+returns ``1 <= k <= n`` arms in one generator run). Ax can hold such a batch in two
+ways:
+
+- :func:`new_adaptive_batch_trial`: one ``BatchTrial`` of ``k`` arms (Ax's own
+  object for a batch evaluated together; low-level ``Experiment`` API, data attached
+  with ``trial.attach_batch_trial_data``).
+- :func:`get_next_batch`: ``k`` one-arm ``Trial`` s on an ``ax.Client`` (which
+  cannot attach data to a ``BatchTrial``), completed with the usual
+  ``client.complete_trial``.
+
+Ax's generation strategy expects each generator run to become exactly one trial
+(``GenerationStrategy.gen_single_trial``). :func:`get_next_batch` therefore does
+not split the strategy's run: it keeps that ``k``-arm run out of the experiment
+and creates ``k`` new one-arm generator runs carrying the same generation node,
+generator key and metadata, so the strategy's trial counting, pending points and
+storage see ordinary one-arm trials. Nothing is added to the experiment until all
+``k`` runs exist, so an error leaves no empty or orphan trial behind.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ax.api.client import Client
+from ax.core.batch_trial import BatchTrial
+from ax.core.experiment import Experiment
+from ax.core.generator_run import GeneratorRun
+from ax.exceptions.core import AxError
+from ax.generation_strategy.generation_strategy import GenerationStrategy
+from ax.utils.common.random import with_rng_seed
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["get_next_batch", "new_adaptive_batch_trial"]
+
+#: ``gen_metadata`` keys recording a one-arm trial's place in its batch.
+BATCH_ID_KEY = "adaptive_batch_id"
+BATCH_SIZE_KEY = "adaptive_batch_size"
+BATCH_POSITION_KEY = "adaptive_batch_position"
+
+
+def new_adaptive_batch_trial(
+    experiment: Experiment,
+    generation_strategy: GenerationStrategy,
+    max_batch_size: int,
+    mark_running: bool = True,
+) -> BatchTrial:
+    r"""Generate the next batch and add it to ``experiment`` as one ``BatchTrial``.
+
+    With a BBKB strategy the trial has the ``1 <= k <= max_batch_size`` arms that
+    the batch rule chose; with any other node (e.g. the Sobol initialisation) it has
+    ``max_batch_size`` arms.
+
+    Args:
+        experiment: The experiment (``Experiment`` API, not ``ax.Client``).
+        generation_strategy: Its generation strategy.
+        max_batch_size: Upper bound on the number of arms.
+        mark_running: Mark the trial running (so its arms are pending).
+
+    Returns:
+        The new ``BatchTrial``; evaluate ``trial.arms``, then
+        ``trial.attach_batch_trial_data({arm.name: {metric: value}})`` and
+        ``trial.mark_completed()``.
+    """
+    _check_size(max_batch_size)
+    run = generation_strategy.gen_single_trial(experiment=experiment, n=max_batch_size)
+    if not run.arms:  # pragma: no cover - AdaptiveBatchAcquisition never does this
+        raise AxError("The generation strategy produced no arms; no trial created.")
+    trial = experiment.new_batch_trial(generator_run=run)
+    if mark_running:
+        trial.mark_running(no_runner_required=True)
+    logger.info("Batch trial %d with %d arm(s).", trial.index, len(trial.arms))
+    return trial
+
+
+def get_next_batch(client: Client, max_batch_size: int) -> dict[int, dict]:
+    r"""Ask the client's strategy for its next batch, as one-arm trials.
+
+    The ``ax.Client`` counterpart of ``client.get_next_trials``: instead of a fixed
+    count, a BBKB strategy decides how many trials (``1 <= k <= max_batch_size``)
+    make up the batch. Before the strategy reaches its model-based node (the Sobol
+    initialisation) this is ``client.get_next_trials(max_batch_size)``.
+
+    Args:
+        client: A configured ``ax.Client`` whose generation strategy is set.
+        max_batch_size: Upper bound on the batch size.
+
+    Returns:
+        ``{trial_index: parameters}`` like ``client.get_next_trials``; complete each
+        with ``client.complete_trial``.
+    """
+    _check_size(max_batch_size)
+    experiment = client._experiment
+    strategy = client._generation_strategy
+    if strategy is None:
+        raise AxError("Set a generation strategy on the client first.")
+    if experiment.optimization_config is None:
+        raise AxError("Call client.configure_optimization before generating trials.")
+    if not _next_node_is_adaptive(strategy, experiment):
+        return client.get_next_trials(max_trials=max_batch_size)
+    with with_rng_seed(seed=client._random_seed):
+        run = strategy.gen_single_trial(experiment=experiment, n=max_batch_size)
+    runs = split_generator_run(run, batch_id=len(experiment.trials))
+    trials = {}
+    for one_arm_run in runs:
+        trial = experiment.new_trial(generator_run=one_arm_run)
+        trial.mark_running(no_runner_required=True)
+        trials[trial.index] = dict(trial.arm.parameters)
+    logger.info("Adaptive batch of %d trial(s): %s.", len(trials), sorted(trials))
+    return trials
+
+
+def split_generator_run(run: GeneratorRun, batch_id: int) -> list[GeneratorRun]:
+    r"""One new one-arm ``GeneratorRun`` per arm of ``run``, same provenance.
+
+    Each copy records ``adaptive_batch_id``, ``adaptive_batch_size`` and
+    ``adaptive_batch_position`` in its ``gen_metadata``.
+    """
+    if not run.arms:
+        raise AxError("The generation strategy produced no arms; no trial created.")
+    k = len(run.arms)
+    runs = []
+    for position, arm in enumerate(run.arms):
+        copy = run.clone()
+        metadata = dict(copy.gen_metadata or {})
+        metadata.update(
+            {BATCH_ID_KEY: batch_id, BATCH_SIZE_KEY: k, BATCH_POSITION_KEY: position}
+        )
+        metadata = {
+            key: _entry_for_arm(value, position, k) for key, value in metadata.items()
+        }
+        runs.append(
+            GeneratorRun(
+                arms=[arm.clone()],
+                weights=[1.0],
+                optimization_config=copy.optimization_config,
+                search_space=copy.search_space,
+                type=copy.generator_run_type,
+                fit_time=copy.fit_time,
+                gen_time=copy.gen_time,
+                generator_key=copy._generator_key,
+                generator_kwargs=copy._generator_kwargs,
+                adapter_kwargs=copy._adapter_kwargs,
+                gen_metadata=metadata,
+                generator_state_after_gen=copy._generator_state_after_gen,
+                candidate_metadata_by_arm_signature=_subset_by_arm(
+                    copy.candidate_metadata_by_arm_signature, arm.signature
+                ),
+                generation_node_name=copy._generation_node_name,
+            )
+        )
+    return runs
+
+
+def _next_node_is_adaptive(
+    strategy: GenerationStrategy, experiment: Experiment
+) -> bool:
+    r"""Whether the node that generates next uses ``AdaptiveBatchAcquisition``.
+
+    Mirrors the transition check ``GenerationStrategy.gen`` makes first (Ax 1.3
+    exposes it only on the node).
+    """
+    from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
+
+    strategy.experiment = experiment
+    move, name = strategy._curr.should_transition_to_next_node(
+        raise_data_required_error=False
+    )
+    node = strategy.nodes_by_name[name] if move else strategy._curr
+    return any(
+        spec.generator_kwargs.get("acquisition_class") is AdaptiveBatchAcquisition
+        for spec in node.generator_specs
+    )
+
+
+def _entry_for_arm(value: object, position: int, k: int) -> object:
+    r"""Per-arm lists in ``gen_metadata`` (e.g. acquisition values) keep one entry."""
+    if isinstance(value, list) and len(value) == k:
+        return [value[position]]
+    return value
+
+
+def _subset_by_arm(metadata: dict | None, signature: str) -> dict | None:
+    if metadata is None or signature not in metadata:
+        return None
+    return {signature: metadata[signature]}
+
+
+def _check_size(max_batch_size: int) -> None:
+    if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int):
+        raise TypeError(f"max_batch_size must be an int, got {max_batch_size!r}.")
+    if max_batch_size < 1:
+        raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}.")
