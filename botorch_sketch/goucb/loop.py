@@ -20,6 +20,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from botorch.acquisition.analytic import UpperConfidenceBound
@@ -37,7 +38,14 @@ from botorch_sketch.goucb.confidence import (
 )
 from botorch_sketch.goucb.exact import GOUCBExactUCB
 from botorch_sketch.goucb.oracle import OracleOptions
-from botorch_sketch.models.goucb import GOUCBModel
+
+# Module import, not ``from ... import GOUCBModel``: ``models.goucb`` imports this
+# package, so a user importing ``botorch_sketch.models.goucb`` first would
+# otherwise hit a circular import.
+from botorch_sketch.models import goucb as goucb_models
+
+if TYPE_CHECKING:
+    from botorch_sketch.models.goucb import GOUCBModel
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +142,7 @@ def run_goucb(
 
     X = uniform_design(bounds, n, generator)
     Y = evaluate(X, 0)
-    model = GOUCBModel(
+    model = goucb_models.GOUCBModel(
         X,
         Y,
         network=network,
