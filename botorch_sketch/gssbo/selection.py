@@ -58,6 +58,9 @@ i.e. minimise the sum of pairwise cosine similarities. Three modes:
 Perturbation (Sec. 4.3, item 3): ``g~_i = g_i + eps_i``, ``eps_i ~ N(0,
 sigma_d^2)`` with ``sigma_d^2 = 0.01`` (a variance, Sec. 6), drawn from a seeded
 generator before the cosines; in ``"vector"`` mode the scalar factor is perturbed.
+The noise is added to the raw gradients in the pilot model's (standardised) outcome
+scale, as the paper does; its effect is therefore not scale-free (spec caveat C6):
+it flips the sign of gradients with ``|g_i| <~ sigma_d``.
 
 Solver (:func:`greedy_min_cosine`): greedy minimisation of the cosine sum (the
 paper names no solver; Aljundi et al. solve an integer QP, NP-hard in general).

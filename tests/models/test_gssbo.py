@@ -212,12 +212,24 @@ class TestBoTorchContract(BotorchTestCase):
         self.assertEqual(fm.train_inputs[0].shape[-2], 14)
 
     def test_construct_inputs_passes_model_options(self):
+        # What Ax does: construct_inputs with the model options, then the
+        # constructor with Normalize(bounds) and no outcome transform.
         X, Y = make_data(n=30)
         ds = SupervisedDataset(X, Y, feature_names=["a", "b", "c"], outcome_names=["y"])
-        inputs = GradientSubsetGP.construct_inputs(ds, subset_size=12, mode="scalar")
-        model = GradientSubsetGP(**inputs, n_initial=3, seed=0)
+        inputs = GradientSubsetGP.construct_inputs(
+            ds, subset_size=12, mode="scalar", n_initial=3, seed=0
+        )
+        bounds = torch.tensor([[-1.0] * 3, [3.0] * 3], dtype=DT)
+        model = GradientSubsetGP(
+            **inputs,
+            input_transform=Normalize(3, bounds=bounds),
+            outcome_transform=None,
+        )
+        fit(model)
         self.assertEqual(model.subset_indices.numel(), 12)
         self.assertEqual(model.mode, "scalar")
+        self.assertFalse(hasattr(model, "outcome_transform"))
+        self.assertTrue(torch.isfinite(model.posterior(X[:3]).mean).all())
 
 
 class TestBadInput(BotorchTestCase):
