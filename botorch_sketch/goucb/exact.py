@@ -31,20 +31,9 @@ import torch
 from botorch.acquisition.analytic import AnalyticAcquisitionFunction
 from botorch.utils.transforms import t_batch_mode_transform
 from torch import Tensor, nn
-from torch.func import functional_call, grad_and_value, vmap
 
 from botorch_sketch.goucb.confidence import GradientConfidenceSet
-from botorch_sketch.goucb.network import ParameterLayout
-
-
-def _rowwise(module: nn.Module, layout: ParameterLayout):
-    """``f(x; w)`` for one ``(w, x)`` pair, as a scalar (for ``vmap``)."""
-
-    def single(w: Tensor, x: Tensor) -> Tensor:
-        out = functional_call(module, layout.unflatten(w), (x.unsqueeze(0),))
-        return out.reshape(())
-
-    return single
+from botorch_sketch.goucb.network import ParameterLayout, rowwise_values_and_jacobian
 
 
 def ellipsoid_inner_max(
@@ -76,8 +65,11 @@ def ellipsoid_inner_max(
         raise ValueError(f"beta must be a finite number >= 0, got {beta!r}.")
     if not (isinstance(steps, int) and steps >= 0):
         raise ValueError(f"steps must be a non-negative int, got {steps!r}.")
-    single = _rowwise(module, layout)
-    value_grad = vmap(grad_and_value(single), in_dims=(0, 0))
+
+    def value_grad(W: Tensor, X: Tensor) -> tuple[Tensor, Tensor]:
+        f, J = rowwise_values_and_jacobian(module, layout, W, X)
+        return J, f
+
     with torch.no_grad():
         X = X.detach()
         C = torch.linalg.cholesky(state.sigma_inv)
@@ -149,7 +141,7 @@ class GOUCBExactUCB(AnalyticAcquisitionFunction):
             steps=self.steps,
             step_size=self.step_size,
         )
-        values = vmap(_rowwise(model.network, model._layout), in_dims=(0, 0))(W, flat)
+        values, _ = rowwise_values_and_jacobian(model.network, model._layout, W, flat)
         values = values.unsqueeze(-1)
         if hasattr(model, "outcome_transform"):
             values, _ = model.outcome_transform.untransform(values)

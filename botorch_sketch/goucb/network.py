@@ -191,7 +191,11 @@ def network_values(
 
 
 def values_and_jacobian(
-    module: nn.Module, layout: ParameterLayout, w: Tensor, X: Tensor
+    module: nn.Module,
+    layout: ParameterLayout,
+    w: Tensor,
+    X: Tensor,
+    use_closed_form: bool = True,
 ) -> tuple[Tensor, Tensor]:
     r"""``f(X; w)`` and the per-row parameter Jacobian ``J`` for ``N x d`` inputs.
 
@@ -204,6 +208,8 @@ def values_and_jacobian(
         layout: The module's :class:`ParameterLayout`.
         w: ``d_w`` parameter vector.
         X: ``N x d`` inputs.
+        use_closed_form: Use :func:`sigmoid_mlp_jacobian` when the module is the
+            paper's architecture (:func:`is_sigmoid_mlp`); else ``torch.func``.
 
     Returns:
         ``(f, J)`` with shapes ``N`` and ``N x d_w``.
@@ -214,5 +220,74 @@ def values_and_jacobian(
 
     if X.shape[0] == 0:
         return X.new_zeros(0), X.new_zeros(0, layout.numel)
+    if use_closed_form and is_sigmoid_mlp(module, layout):
+        return sigmoid_mlp_jacobian(layout, w, X)
     J, f = vmap(grad_and_value(single), in_dims=(None, 0))(w, X)
+    return f, J
+
+
+def is_sigmoid_mlp(module: nn.Module, layout: ParameterLayout) -> bool:
+    """Whether ``module`` is exactly ``Sequential(Linear, Sigmoid, Linear(., 1))``."""
+    return (
+        type(module) is nn.Sequential
+        and len(module) == 3
+        and type(module[0]) is nn.Linear
+        and type(module[1]) is nn.Sigmoid
+        and type(module[2]) is nn.Linear
+        and module[2].out_features == 1
+        and layout.names == ("0.weight", "0.bias", "2.weight", "2.bias")
+    )
+
+
+def sigmoid_mlp_jacobian(
+    layout: ParameterLayout, w: Tensor, X: Tensor
+) -> tuple[Tensor, Tensor]:
+    r"""Closed-form ``(f, J)`` for the paper's network (spec Sec. 6.1).
+
+    With ``z = W_1 x + b_1``, ``h = sigmoid(z)``, ``f = w_2^T h + b_2`` and
+    ``a = w_2 * h * (1 - h)``: ``df/dW_1 = a x^T``, ``df/db_1 = a``, ``df/dw_2 = h``,
+    ``df/db_2 = 1``. About ten times faster than ``vmap(grad)`` (forward and
+    backward) at 128 rows and ``d_w = 551``; equal to it to round-off (tested).
+
+    Args:
+        layout: The network's layout (:func:`is_sigmoid_mlp` must hold).
+        w: ``d_w`` parameters, or ``N x d_w`` (one parameter vector per row).
+        X: ``N x d`` inputs.
+    """
+    width, d = layout.shapes[0]
+    o1 = width * d
+    o2, o3 = o1 + width, o1 + 2 * width
+    W1 = w[..., :o1].reshape(*w.shape[:-1], width, d)
+    b1, w2, b2 = w[..., o1:o2], w[..., o2:o3], w[..., o3]
+    h = torch.sigmoid(torch.einsum("...hd,...d->...h", W1, X) + b1)
+    a = w2 * h * (1 - h)
+    n = X.shape[0]
+    J = torch.cat(
+        [(a.unsqueeze(-1) * X.unsqueeze(-2)).reshape(n, -1), a, h, X.new_ones(n, 1)],
+        dim=-1,
+    )
+    return (h * w2).sum(-1) + b2, J
+
+
+def rowwise_values_and_jacobian(
+    module: nn.Module, layout: ParameterLayout, W: Tensor, X: Tensor
+) -> tuple[Tensor, Tensor]:
+    r"""``f(x_i; w_i)`` and ``\nabla_w f(x_i; w_i)`` for paired rows of ``W`` and ``X``.
+
+    Args:
+        module: The regressor.
+        layout: Its layout.
+        W: ``N x d_w`` parameters (one vector per row).
+        X: ``N x d`` inputs.
+
+    Returns:
+        ``(f, J)`` with shapes ``N`` and ``N x d_w``.
+    """
+    if is_sigmoid_mlp(module, layout):
+        return sigmoid_mlp_jacobian(layout, W, X)
+
+    def single(w_: Tensor, x: Tensor) -> Tensor:
+        return network_values(module, layout, w_, x.unsqueeze(0)).squeeze(0)
+
+    J, f = vmap(grad_and_value(single), in_dims=(0, 0))(W, X)
     return f, J

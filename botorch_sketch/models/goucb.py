@@ -74,6 +74,7 @@ from botorch.posteriors.posterior import Posterior
 from botorch.utils.datasets import SupervisedDataset
 from botorch.utils.types import DEFAULT, _DefaultType
 from gpytorch.distributions import MultivariateNormal
+from linear_operator.operators import DenseLinearOperator
 from torch import Tensor, nn
 
 from botorch_sketch.goucb.confidence import (
@@ -107,6 +108,8 @@ class GOUCBModel(Model):
         self,
         train_X: Tensor,
         train_Y: Tensor,
+        outcome_transform: OutcomeTransform | _DefaultType | None = DEFAULT,
+        input_transform: InputTransform | None = None,
         *,
         network: nn.Module | None = None,
         n_init: int | None = None,
@@ -116,12 +119,14 @@ class GOUCBModel(Model):
         linearization: str = "replay",
         phase1_in_sigma: bool | None = None,
         oracle: OracleOptions | None = None,
-        outcome_transform: OutcomeTransform | _DefaultType | None = DEFAULT,
-        input_transform: InputTransform | None = None,
         seed: int = 0,
         fit: bool = True,
     ) -> None:
         r"""Build (and by default fit) the model.
+
+        The transforms are positional-or-keyword because Ax checks for
+        ``input_transform`` in ``getfullargspec(cls).args``; the rest is
+        keyword-only.
 
         Args:
             train_X: ``n x d`` inputs, rows in query order.
@@ -373,7 +378,11 @@ class GOUCBModel(Model):
             cov = cov + self.noise_variance * torch.eye(
                 q, dtype=cov.dtype, device=cov.device
             )
-        posterior: Posterior = GPyTorchPosterior(MultivariateNormal(mean, cov))
+        # As an operator, the (rank <= d_w, possibly singular) covariance is
+        # factored lazily with gpytorch's jitter; a dense tensor would be
+        # Cholesky-factored without jitter by torch's MultivariateNormal.
+        mvn = MultivariateNormal(mean, DenseLinearOperator(cov))
+        posterior: Posterior = GPyTorchPosterior(mvn)
         if hasattr(self, "outcome_transform"):
             posterior = self.outcome_transform.untransform_posterior(posterior, X=X_tf)
         if posterior_transform is not None:

@@ -41,7 +41,8 @@ def test_run_is_seeded_and_follows_the_paper_schedule():
     seen = []
     a = run(callback=lambda t, x, y: seen.append(t))
     b = run()
-    torch.testing.assert_close(a.X, b.X, rtol=0, atol=0)
+    # equal up to round-off (SIMD kernels may round differently by memory alignment)
+    torch.testing.assert_close(a.X, b.X, rtol=0, atol=1e-10)
     assert a.n_init == 2 == math.ceil(math.sqrt(4))
     assert a.X.shape == (6, 2) and a.Y.shape == (6, 1) and seen == list(range(1, 7))
     assert bool(((a.X >= BOUNDS[0]) & (a.X <= BOUNDS[1])).all())

@@ -8,10 +8,12 @@ from torch import nn
 
 from botorch_sketch.goucb.network import (
     ParameterLayout,
+    is_sigmoid_mlp,
     network_values,
     paper_network,
     realizable_network,
     reset_parameters,
+    rowwise_values_and_jacobian,
     values_and_jacobian,
 )
 
@@ -46,8 +48,12 @@ def test_jacobian_matches_closed_form_and_autograd():
     layout = ParameterLayout.from_module(net)
     w = layout.flatten(net)
     X = torch.randn(5, d, dtype=DT)
-    f, J = values_and_jacobian(net, layout, w, X)
+    f, J = values_and_jacobian(net, layout, w, X, use_closed_form=False)
     torch.testing.assert_close(f, net(X).squeeze(-1))
+    assert is_sigmoid_mlp(net, layout)
+    f_cf, J_cf = values_and_jacobian(net, layout, w, X)  # closed-form fast path
+    torch.testing.assert_close(f_cf, f)
+    torch.testing.assert_close(J_cf, J)
     # Closed form (spec Sec. 6.1): a = w2 * h * (1 - h).
     W1, b1, w2, b2 = (p.detach() for p in net.parameters())
     h = torch.sigmoid(X @ W1.T + b1)
@@ -74,8 +80,12 @@ def test_jacobian_is_differentiable_in_x():
     layout = ParameterLayout.from_module(net)
     w = layout.flatten(net)
     X = torch.randn(3, 2, dtype=DT, requires_grad=True)
-    assert torch.autograd.gradcheck(
-        lambda Z: values_and_jacobian(net, layout, w, Z)[1], (X,)
+    for closed in (False, True):
+        assert torch.autograd.gradcheck(
+            lambda Z, c=closed: values_and_jacobian(net, layout, w, Z, c)[1], (X,)
+        )
+    assert not is_sigmoid_mlp(
+        nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1)), layout
     )
 
 
@@ -109,3 +119,17 @@ def test_bad_networks():
         network_values(wide, layout, layout.flatten(wide), torch.zeros(4, 3, dtype=DT))
     with pytest.raises(ValueError, match="positive int"):
         paper_network(0)
+
+
+def test_rowwise_jacobian_matches_per_row_evaluation():
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(4, 2, dtype=DT, generator=g)
+    tanh = nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1)).double()
+    for net in (paper_network(2, width=3, seed=1), tanh):
+        layout = ParameterLayout.from_module(net)
+        W = torch.randn(4, layout.numel, dtype=DT, generator=g)
+        f, J = rowwise_values_and_jacobian(net, layout, W, X)
+        for i in range(4):
+            fi, Ji = values_and_jacobian(net, layout, W[i], X[i : i + 1], False)
+            torch.testing.assert_close(f[i], fi[0])
+            torch.testing.assert_close(J[i], Ji[0])
