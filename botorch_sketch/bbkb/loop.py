@@ -34,7 +34,11 @@ from botorch_sketch import linalg
 from botorch_sketch.bbkb.exact import ExactPosterior
 from botorch_sketch.bbkb.kernels import KernelDiagFn, KernelFn
 from botorch_sketch.bbkb.schedules import BetaSchedule, make_schedule
-from botorch_sketch.bbkb.selection import StepRecord, select_batch
+from botorch_sketch.bbkb.selection import (
+    DEFAULT_POOL_SIZE,
+    StepRecord,
+    select_batch,
+)
 from botorch_sketch.bbkb.state import (
     DEFAULT_CHUNK_SIZE,
     BatchState,
@@ -77,6 +81,9 @@ class BanditResult:
         alphas: ``B`` UCB multipliers used per batch (``nan`` for batch 0).
         total_time: Total seconds (oracle excluded).
         final_state: Last frozen BBKB state (``None`` for other methods).
+        batch_ranks: ``B`` embedding dimensions ``r`` used to select each batch
+            (BBKB only; 0 for batch 0), e.g. to count the flops of the
+            resparsifications (``~ 2 A m r`` each).
     """
 
     arms: Tensor
@@ -90,6 +97,7 @@ class BanditResult:
     alphas: Tensor
     total_time: float
     final_state: BatchState | None = None
+    batch_ranks: Tensor | None = None
 
     @property
     def num_batches(self) -> int:
@@ -122,7 +130,7 @@ def noisy_oracle(
     def oracle(idx: Tensor) -> Tensor:
         f = f_true[idx]
         noise = torch.randn(f.shape, generator=generator, dtype=f.dtype)
-        return f + noise_std * noise
+        return f + noise_std * noise.to(f.device)
 
     return oracle
 
@@ -141,6 +149,7 @@ class _Recorder:
         self.wall: list[float] = []
         self.batch_sizes: list[int] = []
         self.alphas: list[float] = []
+        self.ranks: list[int] = []
         self.t0 = time.perf_counter()
         self.oracle_time = 0.0
         self.pbar = None
@@ -172,8 +181,11 @@ class _Recorder:
             )
         return y
 
-    def end_batch(self, rewards: Tensor, alpha: float, dict_size: int) -> None:
+    def end_batch(
+        self, rewards: Tensor, alpha: float, dict_size: int, rank: int = 0
+    ) -> None:
         n = rewards.numel()
+        self.ranks.append(rank)
         self.rewards.extend(rewards.tolist())
         self.batch_sizes.append(n)
         self.alphas.append(alpha)
@@ -203,6 +215,7 @@ class _Recorder:
             alphas=torch.tensor(self.alphas, dtype=torch.float64),
             total_time=total,
             final_state=final_state,
+            batch_ranks=torch.tensor(self.ranks, dtype=torch.long),
         )
 
 
@@ -222,7 +235,12 @@ def _make_generator(
 
 
 def _validate(
-    arms: Tensor, T: int, lam: float, f_true: Tensor | None, init: Tensor | None
+    arms: Tensor,
+    T: int,
+    lam: float,
+    f_true: Tensor | None,
+    init: Tensor | None,
+    dtype: torch.dtype = torch.float64,
 ) -> Tensor:
     if arms.dim() != 2:
         raise ValueError(
@@ -249,7 +267,9 @@ def _validate(
             raise ValueError(f"init indices must lie in [0, {A}).")
         if init.numel() > T:
             raise ValueError(f"{init.numel()} initial arms exceed the horizon T = {T}.")
-    return arms.to(torch.float64)
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}.")
+    return arms.to(dtype)
 
 
 def _initial_batch(
@@ -305,6 +325,9 @@ def run_bbkb(
     progress: bool = True,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     kernel_cache: bool = True,
+    dtype: torch.dtype = torch.float64,
+    pool_size: int | None = DEFAULT_POOL_SIZE,
+    kernel_cache_bytes: int = 2**30,
 ) -> BanditResult:
     r"""Run BBKB (or BKB) on a finite arm set for ``T`` steps (Alg. 1).
 
@@ -336,14 +359,30 @@ def run_bbkb(
         generator: ``torch.Generator`` for the random choices of the algorithm.
         seed: Seed for a fresh generator (instead of ``generator``).
         progress: Show a ``tqdm`` progress bar.
-        chunk_size: Rows embedded at once in rebuilds.
+        chunk_size: Rows embedded at once in rebuilds (bounds the memory of the
+            ``A``-sized sweeps to ``O(chunk_size m)``).
         kernel_cache: Reuse kernel columns of dictionary points across rebuilds
             (:class:`~botorch_sketch.bbkb.state.KernelColumnCache`).
+        dtype: Compute dtype, ``torch.float64`` (default) or ``torch.float32``.
+            float32 halves memory and time of the ``A``-sized products but the
+            variances ``(k - ||z||^2) / lam + ...`` lose about ``eps_32 / lam``
+            in absolute accuracy, so it is only advisable for ``lam`` well above
+            ``1e-3`` (see the tests); the paper's ``lam = 1e-4`` needs float64.
+        pool_size: Initial pool of the batch selector
+            (:class:`~botorch_sketch.bbkb.selection.PooledUCBSelector`).
+        kernel_cache_bytes: Memory cap of the kernel-column cache; above it the
+            kernel is recomputed in chunks at every rebuild (``A`` up to ``10^6``
+            and beyond in bounded memory).
 
     Returns:
         A :class:`BanditResult`.
+
+    The arms may live on any device (e.g. CUDA); the algorithm's random draws use
+    a CPU ``torch.Generator``, so runs are reproducible across devices up to
+    rounding.
     """
-    arms = _validate(arms, T, lam, f_true, init)
+    arms = _validate(arms, T, lam, f_true, init, dtype)
+    device = arms.device
     if not q_bar > 0:
         raise ValueError(f"q_bar must be positive, got {q_bar}.")
     if isinstance(rule, str) and rule == "bkb":
@@ -362,11 +401,16 @@ def run_bbkb(
 
     init_idx, y0 = _initial_batch(rec, arms, oracle, init, init_rewards, g)
     kdiag = kernel_diag(arms)
-    cache = KernelColumnCache(arms, kernel) if kernel_cache else None
-    counts = torch.zeros(A, dtype=torch.float64).index_add_(
+    cache = (
+        KernelColumnCache(arms, kernel, max_bytes=kernel_cache_bytes)
+        if kernel_cache
+        else None
+    )
+    init_idx, y0 = init_idx.to(device), y0.to(device=device, dtype=arms.dtype)
+    counts = torch.zeros(A, dtype=arms.dtype, device=device).index_add_(
         0, init_idx, torch.ones_like(y0)
     )
-    sums = torch.zeros(A, dtype=torch.float64).index_add_(0, init_idx, y0)
+    sums = torch.zeros(A, dtype=arms.dtype, device=device).index_add_(0, init_idx, y0)
     uniq = torch.unique(init_idx)
     if isinstance(init_dictionary, str):
         if init_dictionary == "all":
@@ -409,10 +453,11 @@ def run_bbkb(
             allow_repeats=allow_repeats,
             lazy=lazy,
             recorder=record,
+            pool_size=pool_size,
         )
-        idx = torch.tensor(batch, dtype=torch.long)
-        y = rec.evaluate(oracle, idx).to(torch.float64)
-        rec.end_batch(y, alpha, m)
+        idx = torch.tensor(batch, dtype=torch.long, device=device)
+        y = rec.evaluate(oracle, idx).to(device=device, dtype=arms.dtype)
+        rec.end_batch(y, alpha, m, state.rank)
         schedule.update(state.s2_0[idx])
         counts.index_add_(0, idx, torch.ones_like(y))
         sums.index_add_(0, idx, y)
@@ -508,7 +553,7 @@ def run_gp_bucb(
         state = _ExactStateView(post) if rule is not None else None
         rule_obj.start(state)
         batch: list[int] = []
-        masked = torch.zeros(arms.shape[0], dtype=torch.bool)
+        masked = torch.zeros(arms.shape[0], dtype=torch.bool, device=arms.device)
         while True:
             var = post.variance()
             u = mu + alpha * var.sqrt()

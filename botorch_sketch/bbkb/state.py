@@ -328,7 +328,8 @@ def rebuild(
 
     The last line is Eq. 3, ``(k - ||z||^2) / lam + z^T V^{-1} z``, with both
     quadratic forms folded into one: all ``A`` arms then cost a single
-    ``A x m x (r + 1)`` product with ``[W D | W weights]`` (chunked), the flop
+    ``A x m x r`` product with ``W D`` and a matrix-vector product with
+    ``W weights`` (chunked), the flop
     floor of a resparsification, instead of forming ``Z`` and then ``Z L^{-T}``
     (twice the flops). The rounding error is the one of the Nyström residual
     ``k - ||z||^2`` of the two-term form, ``O(m eps k / lam)``. ``Z`` itself is only
@@ -422,7 +423,7 @@ def rebuild(
 
 
 def _fused_sweep(state: BatchState, V: Tensor, X_S: Tensor) -> None:
-    r"""``mu`` and ``s2_0`` of all arms with one ``A x m x (r + 1)`` product.
+    r"""``mu`` and ``s2_0`` of all arms with one ``A x m x r`` product.
 
     ``D D^T = I - lam V^{-1}`` with ``V = Q diag(e) Q^T`` (``e >= lam``, clamped for
     rounding), ``D = Q diag(sqrt(1 - lam / e))``; see :func:`rebuild`.
@@ -430,7 +431,7 @@ def _fused_sweep(state: BatchState, V: Tensor, X_S: Tensor) -> None:
     lam, r, A = state.lam, state.rank, state.num_arms
     e, Q = torch.linalg.eigh(V)
     D = Q * (1.0 - lam / e.clamp_min(lam)).sqrt()
-    B = torch.cat([state.W @ D, (state.W @ state.weights).unsqueeze(-1)], dim=-1)
+    WD, Ww = state.W @ D, state.W @ state.weights
     for lo, hi in _chunks(A, state.chunk_size):
         if r == 0:
             state.mu[lo:hi] = 0.0
@@ -441,8 +442,6 @@ def _fused_sweep(state: BatchState, V: Tensor, X_S: Tensor) -> None:
             if state.K_SA is not None
             else state.kernel(state.arms[lo:hi], X_S)
         )
-        G = K_block @ B
-        state.mu[lo:hi] = G[:, r]
-        Gd = G[:, :r]
-        quad = torch.linalg.vecdot(Gd, Gd)
+        torch.mv(K_block, Ww, out=state.mu[lo:hi])
+        quad = torch.linalg.vector_norm(K_block @ WD, dim=-1).square_()
         state.s2_0[lo:hi] = ((state.kdiag[lo:hi] - quad) / lam).clamp_min_(0.0)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from botorch_sketch.bbkb import GlobalRule, LazyUCBSelector, rebuild, select_batch
+from botorch_sketch.bbkb.selection import PooledUCBSelector
 
 from .conftest import DT, make_state
 
@@ -21,6 +22,9 @@ def brute_force_argmax(state, alpha, prefix, masked=()):
 
 
 @pytest.mark.parametrize(
+    "selector,pool_size", [("pool", 1), ("pool", 256), ("lazy", 0)]
+)
+@pytest.mark.parametrize(
     "seed,m,alpha,repeats,lazy",
     [
         (0, 10, 0.5, True, True),
@@ -31,7 +35,9 @@ def brute_force_argmax(state, alpha, prefix, masked=()):
         (5, 20, 5.0, False, False),
     ],
 )
-def test_lazy_argmax_equals_brute_force(seed, m, alpha, repeats, lazy):
+def test_lazy_argmax_equals_brute_force(
+    seed, m, alpha, repeats, lazy, selector, pool_size
+):
     for batch_seed in range(3):  # several batches (different states)
         state, _, _ = make_state(seed=10 * seed + batch_seed, m=m)
         records = []
@@ -43,6 +49,8 @@ def test_lazy_argmax_equals_brute_force(seed, m, alpha, repeats, lazy):
             allow_repeats=repeats,
             lazy=lazy,
             recorder=records.append,
+            selector=selector,
+            pool_size=pool_size or None,
         )
         assert len(batch) == 30
         for j, arm in enumerate(batch):
@@ -113,3 +121,43 @@ def test_batch_without_repeats_stops_when_arms_run_out():
     batch = select_batch(state, 1.0, GlobalRule(1e9), allow_repeats=False)
     assert sorted(batch) == list(range(5))
     assert DT == state.Z.dtype
+
+
+def test_pooled_selector_grows_its_pool_and_tracks_exact_variances():
+    state, _, _ = make_state(seed=21, m=40, n_pulled=80)
+    sel = PooledUCBSelector(state, alpha=5.0, pool_size=1)
+    chosen = []
+    for _ in range(25):
+        i = sel.argmax()
+        _, var = sel.current()
+        expected, s2 = brute_force_argmax(state, 5.0, chosen)
+        assert i == expected
+        assert var == pytest.approx(float(s2[i]), abs=1e-9)
+        chosen.append(i)
+        sel.hallucinate(i)
+        assert torch.allclose(
+            sel.variances(), state.variances(torch.tensor(chosen)), atol=1e-9
+        )
+    assert 1 < sel.pool_size <= state.num_arms  # the pool was doubled on demand
+    assert sel.total_refreshed >= 25
+    with pytest.raises(ValueError, match="argmax"):
+        sel.hallucinate((sel.argmax() + 1) % state.num_arms)
+    with pytest.raises(ValueError, match="pool_size"):
+        PooledUCBSelector(state, alpha=1.0, pool_size=0)
+    with pytest.raises(ValueError, match="selector"):
+        select_batch(state, 1.0, GlobalRule(2.0), selector="magic")
+
+
+def test_pool_refactorisation_keeps_long_batches_exact():
+    """Batches much longer than r: the periodic refactorisation of V_t."""
+    state, _, _ = make_state(seed=22, m=4, A=60)
+    batch = select_batch(state, 0.7, GlobalRule(1e9), max_batch_size=40)
+    sel = PooledUCBSelector(state, 0.7)
+    for i in batch[:-1]:
+        assert sel.argmax() == i
+        sel.hallucinate(i)
+    assert torch.allclose(
+        sel.variances(), state.variances(torch.tensor(batch[:-1])), atol=1e-9
+    )
+    expected, _ = brute_force_argmax(state, 0.7, batch[:-1])
+    assert batch[-1] == expected

@@ -11,6 +11,19 @@ from botorch_sketch.bbkb.state import KernelColumnCache, embed_arms
 from .conftest import DT, make_state
 
 
+def _rebuild_like(state, **kw):
+    return rebuild(
+        state.arms,
+        state.kernel,
+        state.kernel_diag,
+        state.S_idx,
+        state.counts,
+        state.reward_sums,
+        state.lam,
+        **kw,
+    )
+
+
 def test_rebuild_matches_dense_formulas():
     state, pulls, y = make_state(seed=1)
     lam = state.lam
@@ -63,16 +76,7 @@ def test_empty_dictionary_and_chunking_and_cache():
     assert empty.rank == 0 and empty.dict_size == 0
     assert torch.equal(empty.mu, torch.zeros_like(empty.mu))
     assert torch.allclose(empty.s2_0, empty.kdiag / state.lam)
-    small = rebuild(
-        state.arms,
-        state.kernel,
-        state.kernel_diag,
-        state.S_idx,
-        state.counts,
-        state.reward_sums,
-        state.lam,
-        chunk_size=7,
-    )
+    small = _rebuild_like(state, chunk_size=7)
     assert torch.allclose(small.s2_0, state.s2_0, atol=1e-10)
     assert torch.allclose(small.mu, state.mu, atol=1e-10)
     cache = KernelColumnCache(state.arms, state.kernel)
@@ -115,3 +119,87 @@ def test_rebuild_validation():
         rebuild(X, k, kd, torch.tensor([7]), z, z, 0.1)
     with pytest.raises(ValueError, match="lam"):
         rebuild(X, k, kd, torch.tensor([0]), z, z, 0.0)
+
+
+def test_fused_and_two_product_sweeps_agree(monkeypatch):
+    """The one-product sweep (D D^T = I - lam V^-1) equals Eq. 3 term by term."""
+    import botorch_sketch.bbkb.state as state_mod
+
+    state, _, _ = make_state(seed=5, m=12, lam=1e-3)
+    assert state.num_arms >= state_mod.FUSED_MIN_RATIO * state.rank  # fused path
+    monkeypatch.setattr(state_mod, "FUSED_MIN_RATIO", 10**9)
+    two = _rebuild_like(state)
+    assert two._Z is not None  # the two-product path keeps Z
+    assert torch.allclose(state.s2_0, two.s2_0, rtol=1e-9, atol=1e-9)
+    assert torch.allclose(state.mu, two.mu, atol=1e-10)
+    # Lazily built Z / resid / rows equal the eager ones; no kernel cache, chunks.
+    assert torch.allclose(state.Z @ state.Z.mT, two.Z @ two.Z.mT, atol=1e-10)
+    assert torch.allclose(state.resid, two.resid, atol=1e-8)
+    idx = torch.tensor([3, 0, 3])
+    assert torch.allclose(state.embed(idx), state.Z[idx])
+    chunked = _rebuild_like(state, chunk_size=7)  # no cache: kernel per chunk
+    assert chunked.K_SA is None
+    assert torch.allclose(chunked.embed(idx), state.Z[idx], atol=1e-12)
+    assert torch.allclose(chunked.resid_at(idx), state.resid[idx], atol=1e-8)
+    assert torch.allclose(chunked.covariance_with(4), state.covariance_with(4))
+
+
+def test_kernel_cache_memory_cap_falls_back_to_chunks():
+    state, _, _ = make_state(seed=6)
+    cache = KernelColumnCache(state.arms, state.kernel, max_bytes=8)
+    capped = _rebuild_like(state, cache=cache, chunk_size=16)
+    assert capped.K_SA is None
+    assert torch.allclose(capped.s2_0, state.s2_0, atol=1e-9)
+    assert torch.allclose(capped.mu, state.mu, atol=1e-10)
+
+
+def test_float32_state_is_accurate_for_moderate_lam():
+    """float32: relative accuracy ~1e-4 of mu and s2_0 at lam = 0.05."""
+    state, _, _ = make_state(seed=8, m=10, lam=0.05)
+    s32 = rebuild(
+        state.arms.float(),
+        state.kernel,
+        state.kernel_diag,
+        state.S_idx,
+        state.counts.float(),
+        state.reward_sums.float(),
+        state.lam,
+    )
+    assert s32.s2_0.dtype == torch.float32 and s32.mu.dtype == torch.float32
+    assert torch.allclose(s32.s2_0.double(), state.s2_0, rtol=1e-3, atol=1e-3)
+    assert torch.allclose(s32.mu.double(), state.mu, atol=1e-3)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_rebuild_and_loop_on_cuda_match_cpu():
+    from botorch_sketch.bbkb import noisy_oracle, run_bbkb
+
+    state, _, _ = make_state(seed=9)
+    dev = torch.device("cuda")
+    cuda = rebuild(
+        state.arms.to(dev),
+        state.kernel,
+        state.kernel_diag,
+        state.S_idx.to(dev),
+        state.counts.to(dev),
+        state.reward_sums.to(dev),
+        state.lam,
+    )
+    assert cuda.s2_0.device.type == "cuda"
+    assert torch.allclose(cuda.s2_0.cpu(), state.s2_0, atol=1e-8)
+    f = torch.sin(3 * state.arms).sum(-1)
+    runs = [
+        run_bbkb(
+            state.arms.to(d),
+            noisy_oracle(f.to(d), 0.01, torch.Generator().manual_seed(0)),
+            60,
+            state.kernel,
+            state.kernel_diag,
+            0.01,
+            seed=0,
+            progress=False,
+        )
+        for d in ("cpu", dev)
+    ]
+    assert runs[1].final_state.s2_0.device.type == "cuda"
+    assert runs[0].arms[:20].tolist() == runs[1].arms[:20].tolist()
