@@ -13,7 +13,7 @@ Example:
     >>> client.set_generation_strategy(get_generation_strategy("bbkb"))
 """
 
-from botorch_sketch.ax import input_constructors  # noqa: F401  (registration)
+from botorch_sketch.ax import fit, input_constructors  # noqa: F401  (registration)
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
 from botorch_sketch.ax.storage import register_with_ax
 from botorch_sketch.ax.strategies import (

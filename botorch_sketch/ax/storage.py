@@ -20,12 +20,14 @@ from ax.storage.botorch_modular_registry import (
 
 from botorch_sketch.acquisition.bbkb import BatchUpperConfidenceBound
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
+from botorch_sketch.models.goucb import GOUCBModel
+from botorch_sketch.models.gssbo import GradientSubsetGP
 from botorch_sketch.models.nystrom import NystromGP
 
 __all__ = ["register_with_ax"]
 
 #: The BoTorch models our strategies store.
-MODELS = (NystromGP,)
+MODELS = (NystromGP, GradientSubsetGP, GOUCBModel)
 #: The BoTorch acquisition functions our strategies store.
 ACQUISITION_FUNCTIONS = (BatchUpperConfidenceBound,)
 #: The Ax ``Acquisition`` classes our strategies store.

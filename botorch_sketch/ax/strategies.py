@@ -9,7 +9,14 @@ adaptive-batch methods, :class:`~botorch_sketch.ax.AdaptiveBatchAcquisition`:
   Calandriello et al., COLT 2019; rule ``"bkb"``);
 - ``"bbkb"``: as above, batch size chosen by the global rule (BBKB, ICML 2020,
   Lemma 1);
-- ``"bbkb-local"``: as above with the global-local rule (ICML 2020, Lemma 3).
+- ``"bbkb-local"``: as above with the global-local rule (ICML 2020, Lemma 3);
+- ``"gssbo"``: ``GradientSubsetGP`` (exact GP on a gradient-diverse subset of
+  ``subset_size`` points, the Sobol points always in) + ``qUpperConfidenceBound``
+  (GSSBO, Wei et al., 2025);
+- ``"rssbo"``: the same with a uniformly random subset (the paper's baseline);
+- ``"goucb"``: ``GOUCBModel`` (linearized neural network, gradient confidence
+  set; the Sobol points are GO-UCB's Phase I) + ``qUpperConfidenceBound`` (Liu &
+  Wang, ICML 2023).
 
 Every option is stored in the strategy (Ax JSON) and validated here: an unknown
 name or option raises a ``ValueError`` that lists what exists.
@@ -35,9 +42,12 @@ from ax.generation_strategy.generator_spec import GeneratorSpec
 from ax.generation_strategy.transition_criterion import MinTrials
 from ax.generators.torch.botorch_modular.surrogate import SurrogateSpec
 from ax.generators.torch.botorch_modular.utils import ModelConfig
+from botorch.acquisition.monte_carlo import qUpperConfidenceBound
 
 from botorch_sketch.acquisition.bbkb import BatchUpperConfidenceBound
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
+from botorch_sketch.models.goucb import GOUCBModel
+from botorch_sketch.models.gssbo import GradientSubsetGP
 from botorch_sketch.models.nystrom import NystromGP
 
 __all__ = [
@@ -163,6 +173,103 @@ for _name, _node, _rule, _options, _summary in (
             node_name=_node,
             summary=_summary,
             generator_kwargs=_nystrom_kwargs(_rule),
+            options=_options,
+        )
+    )
+
+
+# -------------------------------------------------------------------------------
+# GSSBO / RSSBO and GO-UCB: our models with BoTorch's qUCB
+# -------------------------------------------------------------------------------
+
+_GSSBO_OPTIONS: dict[str, Any] = {"beta": 2.0, "subset_size": 100}
+_GOUCB_OPTIONS: dict[str, Any] = {"beta": 4.0, "lambda_": 1.0, "paper_phases": False}
+
+
+def _qucb_kwargs(
+    model_class: type, model_options: dict[str, Any], beta: float
+) -> dict[str, Any]:
+    return {
+        "surrogate_spec": SurrogateSpec(
+            model_configs=[
+                ModelConfig(
+                    botorch_model_class=model_class,
+                    model_options=model_options,
+                    name=model_class.__name__,
+                )
+            ]
+        ),
+        "botorch_acqf_class": qUpperConfidenceBound,
+        "botorch_acqf_options": {"beta": float(beta)},
+    }
+
+
+def _gssbo_kwargs(mode: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def build(opts: dict[str, Any]) -> dict[str, Any]:
+        size, n0 = opts["subset_size"], opts["initialization_budget"]
+        if isinstance(size, bool) or not isinstance(size, int) or size <= n0 + 1:
+            raise ValueError(
+                f"subset_size must be an int > initialization_budget + 1 = {n0 + 1} "
+                f"(the Sobol points and the newest point are always in), got {size!r}."
+            )
+        model_options = {
+            "subset_size": size,
+            "mode": mode,
+            "n_initial": n0,
+            "seed": opts["seed"],
+        }
+        return _qucb_kwargs(GradientSubsetGP, model_options, opts["beta"])
+
+    return build
+
+
+def _goucb_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
+    lam = opts["lambda_"]
+    if not (isinstance(lam, int | float) and math.isfinite(lam) and lam > 0):
+        raise ValueError(f"lambda_ must be a finite number > 0, got {lam!r}.")
+    # paper_phases: the network is fitted once on the Sobol points (GO-UCB's Phase
+    # I) and later points only update the linearized confidence set (Phase II).
+    # Otherwise the network is refitted on all data at every generation.
+    n_init = opts["initialization_budget"] if opts["paper_phases"] else None
+    model_options = {
+        "n_init": n_init,
+        "lambda_": float(lam),
+        "seed": opts["seed"],
+    }
+    return _qucb_kwargs(GOUCBModel, model_options, opts["beta"])
+
+
+for _name, _node, _build, _options, _summary in (
+    (
+        "gssbo",
+        "GSSBO",
+        _gssbo_kwargs("vector"),
+        _GSSBO_OPTIONS,
+        "exact GP on a gradient-diverse subset (vector gradients) + qUCB (Wei et "
+        "al., 2025)",
+    ),
+    (
+        "rssbo",
+        "RSSBO",
+        _gssbo_kwargs("random"),
+        _GSSBO_OPTIONS,
+        "exact GP on a uniformly random subset + qUCB (GSSBO's baseline)",
+    ),
+    (
+        "goucb",
+        "GO-UCB",
+        _goucb_kwargs,
+        _GOUCB_OPTIONS,
+        "linearized neural network with a gradient confidence set + qUCB (Liu & "
+        "Wang, ICML 2023)",
+    ),
+):
+    _register(
+        StrategyRecipe(
+            name=_name,
+            node_name=_node,
+            summary=_summary,
+            generator_kwargs=_build,
             options=_options,
         )
     )

@@ -23,6 +23,8 @@ storage see ordinary one-arm trials. Nothing is added to the experiment until al
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from ax.api.client import Client
 from ax.core.batch_trial import BatchTrial
@@ -66,7 +68,10 @@ def new_adaptive_batch_trial(
         ``trial.mark_completed()``.
     """
     _check_size(max_batch_size)
-    run = generation_strategy.gen_single_trial(experiment=experiment, n=max_batch_size)
+    with _expected_short_batches():
+        run = generation_strategy.gen_single_trial(
+            experiment=experiment, n=max_batch_size
+        )
     if not run.arms:  # pragma: no cover - AdaptiveBatchAcquisition never does this
         raise AxError("The generation strategy produced no arms; no trial created.")
     trial = experiment.new_batch_trial(generator_run=run)
@@ -101,7 +106,7 @@ def get_next_batch(client: Client, max_batch_size: int) -> dict[int, dict]:
         raise AxError("Call client.configure_optimization before generating trials.")
     if not _next_node_is_adaptive(strategy, experiment):
         return client.get_next_trials(max_trials=max_batch_size)
-    with with_rng_seed(seed=client._random_seed):
+    with with_rng_seed(seed=client._random_seed), _expected_short_batches():
         run = strategy.gen_single_trial(experiment=experiment, n=max_batch_size)
     runs = split_generator_run(run, batch_id=len(experiment.trials))
     trials = {}
@@ -153,6 +158,26 @@ def split_generator_run(run: GeneratorRun, batch_id: int) -> list[GeneratorRun]:
             )
         )
     return runs
+
+
+class _ShortBatchFilter(logging.Filter):
+    r"""Drops Ax's warning that fewer than ``n`` arms were generated."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "was not able to generate" not in record.getMessage()
+
+
+@contextmanager
+def _expected_short_batches() -> Iterator[None]:
+    r"""Silence Ax's "not able to generate n candidates" warning (here ``k < n`` is
+    the adaptive rule working, not a failure)."""
+    adapter_logger = logging.getLogger("ax.adapter.base")
+    short_batch_filter = _ShortBatchFilter()
+    adapter_logger.addFilter(short_batch_filter)
+    try:
+        yield
+    finally:
+        adapter_logger.removeFilter(short_batch_filter)
 
 
 def _next_node_is_adaptive(

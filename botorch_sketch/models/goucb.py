@@ -360,6 +360,10 @@ class GOUCBModel(Model):
         d = self._train_X.shape[-1]
         if X.dim() < 2 or X.shape[-1] != d:
             raise ValueError(f"X must be batch_shape x q x {d}, got {tuple(X.shape)}.")
+        if X.dtype != self._train_X.dtype:
+            raise TypeError(
+                f"X is {X.dtype} but the model was built with {self._train_X.dtype}."
+            )
         self.eval()
         X_tf = self.transform_inputs(X)
         batch, q = X_tf.shape[:-2], X_tf.shape[-2]

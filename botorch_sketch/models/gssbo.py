@@ -91,6 +91,11 @@ class GradientSubsetGP(SingleTaskGP):
         train_X: Tensor,
         train_Y: Tensor,
         train_Yvar: Tensor | None = None,
+        likelihood: Likelihood | None = None,
+        covar_module: Module | None = None,
+        mean_module: Mean | None = None,
+        outcome_transform: OutcomeTransform | _DefaultType | None = DEFAULT,
+        input_transform: InputTransform | None = None,
         *,
         subset_size: int = 100,
         mode: str = "vector",
@@ -101,13 +106,12 @@ class GradientSubsetGP(SingleTaskGP):
         gradient_method: str = "auto",
         exact_max_n: int = 1000,
         include_forced_in_objective: bool = True,
-        likelihood: Likelihood | None = None,
-        covar_module: Module | None = None,
-        mean_module: Mean | None = None,
-        outcome_transform: OutcomeTransform | _DefaultType | None = DEFAULT,
-        input_transform: InputTransform | None = None,
     ) -> None:
         r"""Select the subset and build the ``SingleTaskGP`` on it.
+
+        The positional arguments are ``SingleTaskGP``'s, in its order (Ax also
+        requires ``input_transform`` to be a positional-or-keyword argument: it
+        inspects ``getfullargspec(cls).args``); the GSSBO options are keyword-only.
 
         Args:
             train_X: ``N x d`` inputs of all observations, in time order (the first

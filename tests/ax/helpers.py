@@ -40,18 +40,28 @@ def make_client(name: str, problem: str = "branin", **options) -> Client:
     return client
 
 
-def evaluate(problem: str, parameters: dict) -> dict[str, float]:
-    """The objective at ``parameters``, rounded to a multiple of 1/8.
+def evaluate(
+    problem: str, parameters: dict, json_exact: bool = False
+) -> dict[str, float]:
+    """The objective at ``parameters``.
 
-    Multiples of 1/8 survive Ax's JSON storage exactly (pandas writes observed
-    means with 10 decimals and parses them back with a fast, inexact parser).
+    ``json_exact`` rounds to a multiple of 1/8, which survives Ax's JSON storage
+    exactly (pandas writes observed means with 10 decimals and parses them back
+    with a fast, inexact parser).
     """
     f, bounds = PROBLEMS[problem]
     x = torch.tensor([[parameters[f"x{i}"] for i in range(len(bounds))]])
-    return {problem: round(8 * float(f(x))) / 8}
+    value = float(f(x))
+    return {problem: round(8 * value) / 8 if json_exact else value}
 
 
-def run_trials(client: Client, problem: str, total: int, pending: int = 0) -> None:
+def run_trials(
+    client: Client,
+    problem: str,
+    total: int,
+    pending: int = 0,
+    json_exact: bool = False,
+) -> None:
     """Run until ``total`` trials exist, keeping up to ``pending`` trials open.
 
     Each round asks for ``pending + 1`` trials and completes all but the newest
@@ -67,7 +77,7 @@ def run_trials(client: Client, problem: str, total: int, pending: int = 0) -> No
             keep = []
         for index in sorted(open_trials):
             if index not in keep:
-                values = evaluate(problem, open_trials[index])
+                values = evaluate(problem, open_trials[index], json_exact)
                 client.complete_trial(index, raw_data=values)
         open_trials = {i: open_trials[i] for i in keep}
 

@@ -23,7 +23,7 @@ from ax import Client
 import botorch_sketch.ax  # registers our classes with Ax's storage
 from tests.ax.helpers import run_trials
 client = Client.load_from_json_file(sys.argv[1])
-run_trials(client, sys.argv[2], total=int(sys.argv[3]))
+run_trials(client, sys.argv[2], total=int(sys.argv[3]), json_exact=True)
 arms = [t.arm.parameters for t in client._experiment.trials.values()]
 print(json.dumps({"arms": arms, "strategy": client._generation_strategy.name}))
 """
@@ -36,10 +36,10 @@ def arms_of(client: Client) -> list[dict]:
 @pytest.mark.parametrize("name", ["bbkb"])
 def test_save_load_in_new_process_continues_like_uninterrupted_run(name, tmp_path):
     uninterrupted = make_client(name)
-    run_trials(uninterrupted, "branin", total=25)
+    run_trials(uninterrupted, "branin", total=25, json_exact=True)
 
     interrupted = make_client(name)
-    run_trials(interrupted, "branin", total=15)
+    run_trials(interrupted, "branin", total=15, json_exact=True)
     path = tmp_path / "experiment.json"
     interrupted.save_to_json_file(str(path))
     result = subprocess.run(
