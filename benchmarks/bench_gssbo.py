@@ -197,7 +197,9 @@ def make_fitter(method: str, d: int, seed: int, args: argparse.Namespace):
     if method == "nystrom":
         return NystromFitter(d, seed)
     mode = {"gssbo": "vector", "gssbo_scalar": "scalar", "rssbo": "random"}[method]
-    return SubsetFitter(mode, d, seed, args.n_initial, args.subset_size, args.dynamic_z)
+    return SubsetFitter(
+        mode, d, seed, args.n_initial, args.subset_size, args.dynamic_z, warm_start
+    )
 
 
 # ---------------------------------------------------------------------------------
@@ -505,22 +507,34 @@ def step_cost(problem: str, method: str, n: int, rep: int, args) -> dict:
 
 
 def run_scaling(args: argparse.Namespace) -> None:
-    """Per-step CPU cost vs ``n``; extrapolated cumulative-time ratio at 1,000 it."""
+    """Per-step CPU cost vs ``n``; extrapolated cumulative-time ratio at 1,000 it.
+
+    Rows already in the CSV are kept and not re-measured (resume); the report
+    uses every size at which both methods have rows.
+    """
     torch.set_num_threads(1)
     out = pathlib.Path(args.out) / f"gssbo_scaling_{args.tag}.csv"
-    rows = []
-    with open(out, "w", newline="") as fh:
+    rows = read_rows(out)
+    done = {(r["problem"], r["method"], int(r["n"]), int(r["rep"])) for r in rows}
+    with open(out, "a" if rows else "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=SCALING_FIELDS)
-        writer.writeheader()
+        if not rows:
+            writer.writeheader()
         for problem in args.problems:
             for n in args.scaling_sizes:
                 for method in ("exact", "gssbo"):
                     for rep in range(args.seeds):
+                        if (problem, method, n, rep) in done or args.report_only:
+                            continue
                         row = step_cost(problem, method, n, rep, args)
                         logger.info("scaling %s", row)
                         writer.writerow(row)
                         fh.flush()
-                        rows.append(row)
+                        rows.append({k: str(v) for k, v in row.items()})
+    write_scaling_report(args, rows)
+
+
+def write_scaling_report(args: argparse.Namespace, rows: Sequence[dict]) -> None:
     lines = [
         f"# GSSBO per-step cost vs n (`{args.tag}`)",
         "",
@@ -528,50 +542,59 @@ def run_scaling(args: argparse.Namespace) -> None:
         "",
         f"One BO step ({'cold' if args.cold_start else 'warm'}-started refit on "
         "n + 1 points, previous model as pilot, then UCB optimisation), "
-        f"M = {args.subset_size}, mean CPU "
-        f"seconds over {args.seeds} repetitions (process time; wall in brackets).",
+        f"M = {args.subset_size}, mean CPU seconds over the repetitions (process "
+        "time; mean wall seconds in brackets).",
         "",
-        "| problem | n | exact GP-UCB | GSSBO | GSSBO / exact |",
-        "|---|---|---|---|---|",
+        "| problem | n | reps | exact GP-UCB | GSSBO | GSSBO / exact |",
+        "|---|---|---|---|---|---|",
     ]
+    notes = []
     for problem in args.problems:
         cost = {}
-        for n in args.scaling_sizes:
-            for method in ("exact", "gssbo"):
-                sel = [
+        for n in sorted({int(r["n"]) for r in rows if r["problem"] == problem}):
+            sel = {
+                method: [
                     r
                     for r in rows
-                    if r["problem"] == problem and r["method"] == method and r["n"] == n
+                    if r["problem"] == problem
+                    and r["method"] == method
+                    and int(r["n"]) == n
                 ]
+                for method in ("exact", "gssbo")
+            }
+            if not all(sel.values()):
+                continue
+            for method, rs in sel.items():
                 cost[method, n] = (
-                    stats([float(r["cpu_s"]) for r in sel])[0],
-                    stats([float(r["wall_s"]) for r in sel])[0],
+                    stats([float(r["cpu_s"]) for r in rs])[0],
+                    stats([float(r["wall_s"]) for r in rs])[0],
                 )
             e, g = cost["exact", n], cost["gssbo", n]
             lines.append(
-                f"| {problem} | {n} | {e[0]:.3g} ({e[1]:.3g}) | {g[0]:.3g} "
-                f"({g[1]:.3g}) | {g[0] / e[0]:.2f} |"
+                f"| {problem} | {n} | {len(sel['exact'])} | {e[0]:.3g} ({e[1]:.3g}) "
+                f"| {g[0]:.3g} ({g[1]:.3g}) | {g[0] / e[0]:.2f} |"
             )
-        sizes = list(args.scaling_sizes)
+        sizes = sorted({n for _, n in cost})
+        if len(sizes) < 2:
+            continue
         total = {}
         for method in ("exact", "gssbo"):
-            # Piecewise-linear per-step cost in n, constant below the first size.
+            # Piecewise-linear per-step cost in n, constant outside the sizes.
             ns = torch.tensor([float(n) for n in sizes])
             cs = torch.tensor([cost[method, n][0] for n in sizes])
             steps = torch.arange(args.n_initial, args.n_initial + 1000).double()
             idx = torch.searchsorted(ns, steps).clamp(1, len(sizes) - 1)
             w = ((steps - ns[idx - 1]) / (ns[idx] - ns[idx - 1])).clamp(0, 1)
             total[method] = float((cs[idx - 1] + w * (cs[idx] - cs[idx - 1])).sum())
-        lines += [
-            "",
-            f"{problem}: interpolated cumulative CPU time of 1,000 steps "
-            f"(n = {args.n_initial} .. {args.n_initial + 999}): exact "
-            f"{total['exact']:.0f} s, GSSBO {total['gssbo']:.0f} s, ratio "
-            f"{total['gssbo'] / total['exact']:.2f}.",
-            "",
-        ]
+        notes.append(
+            f"{problem}: per-step CPU cost interpolated over 1,000 steps (n = "
+            f"{args.n_initial} .. {args.n_initial + 999}; held constant beyond "
+            f"n = {sizes[-1]}): exact {total['exact']:.0f} s, GSSBO "
+            f"{total['gssbo']:.0f} s, ratio {total['gssbo'] / total['exact']:.2f}."
+        )
+    lines += ["", *notes, ""]
     (pathlib.Path(args.out) / f"gssbo_scaling_{args.tag}.md").write_text(
-        "\n".join(lines) + "\n"
+        "\n".join(lines)
     )
 
 

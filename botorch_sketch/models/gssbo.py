@@ -213,12 +213,18 @@ class GradientSubsetGP(SingleTaskGP):
             None if train_Yvar is None else train_Yvar[idx],
             **modules,
         )
-        self.full_train_X = train_X.detach().clone()
-        self.full_train_Y = train_Y.detach().clone()
-        self.full_train_Yvar = None if train_Yvar is None else train_Yvar.detach()
-        self.register_buffer("subset_indices", idx.clone(), persistent=False)
-        self.register_buffer("subset_reasons", chosen.reasons.clone(), persistent=False)
-        self.lml_gradients = gradients
+        # Non-persistent buffers: they follow .to() but stay out of the state_dict
+        # (so a state_dict loads into any model of the same configuration).
+        buffers = {
+            "full_train_X": train_X.detach().clone(),
+            "full_train_Y": train_Y.detach().clone(),
+            "full_train_Yvar": None if train_Yvar is None else train_Yvar.detach(),
+            "subset_indices": idx.clone(),
+            "subset_reasons": chosen.reasons.clone(),
+            "lml_gradients": gradients,
+        }
+        for name, value in buffers.items():
+            self.register_buffer(name, value, persistent=False)
         self.subset_size = subset_size
         self.mode = mode
         self.n_initial = n_initial
