@@ -334,5 +334,7 @@ def test_bad_data():
     model = make_model(X, Y)
     with pytest.raises(ValueError, match="batch_shape x q x 3"):
         model.posterior(torch.rand(2, 4, dtype=DT))
+    with pytest.raises(TypeError, match="float32"):
+        model.posterior(X[:1].float())
     with pytest.raises(ValueError, match="one output"):
         model.posterior(X[:1], output_indices=[1])
