@@ -586,6 +586,8 @@ def bless_dictionary(
     q_bar: float = 2.0,
     generator: torch.Generator | None = None,
     level_factor: float = 2.0,
+    max_size: int | None = None,
+    chunk_size: int = 16_384,
 ) -> Tensor:
     r"""Build a dictionary for ``n`` points with BLESS, in ``O(n m^2)`` per level.
 
@@ -606,7 +608,17 @@ def bless_dictionary(
     ``(eps, lam)``-accurate w.p. ``1 - delta`` (as BKB's Lemma 2 needs, ``eps = 1/2``)
     and has ``O(q_bar d_eff(lam))`` points. Practical runs use ``q_bar`` in
     ``[2, 10]``. Cost per level ``O(|R| |D|^2)``, ``O(n m^2)`` at the small-``lam``
-    levels, never ``O(n^3)``.
+    levels, never ``O(n^3)``; memory ``O(|D|^2 + chunk_size |D|)`` (the pool is
+    scored in chunks).
+
+    Cap (an extension, not in BLESS): with ``max_size``, a level whose accepted
+    set exceeds ``max_size`` keeps a uniform random subset of ``max_size`` points,
+    and their inclusion probabilities are scaled by the kept fraction (the
+    importance weights of the Nyström estimate stay consistent). This bounds the
+    cost of every level by ``O(n max_size^2)`` and the memory by
+    ``O(max_size^2 + chunk_size max_size)`` when ``d_eff(lam)`` approaches ``n``,
+    at the price of the ``(eps, lam)``-accuracy guarantee (the capped dictionary
+    under-represents the spectrum below ``lam_h`` of the level where it binds).
 
     Args:
         X: ``n x d`` points.
@@ -616,9 +628,12 @@ def bless_dictionary(
         q_bar: Oversampling factor (``> 0``).
         generator: Optional ``torch.Generator``.
         level_factor: Ratio between consecutive ridges (``> 1``).
+        max_size: Optional cap on the dictionary at every level (see above).
+        chunk_size: Pool points scored at once.
 
     Returns:
-        Sorted ``LongTensor`` of the selected indices (at least one).
+        Sorted ``LongTensor`` of the selected indices (at least one, at most
+        ``max_size``).
     """
     if X.dim() != 2 or X.shape[0] == 0:
         raise ValueError(f"X must be a non-empty n x d tensor, got {tuple(X.shape)}.")
@@ -627,6 +642,8 @@ def bless_dictionary(
             f"need lam > 0, q_bar > 0, level_factor > 1 (got {lam}, {q_bar}, "
             f"{level_factor})."
         )
+    if max_size is not None and not (int(max_size) == max_size >= 1):
+        raise ValueError(f"max_size must be an integer >= 1, got {max_size}.")
     n = X.shape[0]
     kdiag = kernel_diag(X).clamp_min(0.0)
     lam_h = max(float(kdiag.sum()), lam)
@@ -639,22 +656,35 @@ def bless_dictionary(
     keep = _rand(n) < probs
     if not keep.any():
         keep[torch.argmax(probs)] = True
-    D, p_D = keep.nonzero().squeeze(-1), probs[keep]
+    D, p_D = _bless_cap(keep.nonzero().squeeze(-1), probs[keep], max_size, _rand)
     while lam_h > lam:
         lam_h = max(lam_h / level_factor, lam)
         u = (q_bar * kdiag / (kdiag + lam_h)).clamp_max(1.0)
         pool = (_rand(n) < u).nonzero().squeeze(-1)
         if pool.numel() == 0:
             continue
-        K_D = kernel(X[D], X[D])
-        M = K_D + lam_h * torch.diag(p_D)
+        X_D = X[D]
+        M = kernel(X_D, X_D) + lam_h * torch.diag(p_D)
         L = torch.linalg.cholesky(0.5 * (M + M.mT))
-        K_DR = kernel(X[D], X[pool])
-        W = torch.linalg.solve_triangular(L, K_DR, upper=False)
-        tau = ((kdiag[pool] - W.pow(2).sum(0)) / lam_h).clamp(0.0, 1.0)
+        tau = torch.empty(pool.numel(), dtype=X.dtype, device=X.device)
+        for lo in range(0, pool.numel(), chunk_size):
+            R = pool[lo : lo + chunk_size]
+            W = torch.linalg.solve_triangular(L, kernel(X_D, X[R]), upper=False)
+            tau[lo : lo + chunk_size] = (kdiag[R] - W.square().sum(0)) / lam_h
+        tau.clamp_(0.0, 1.0)
         p_new = torch.minimum(q_bar * tau, u[pool])
         accept = _rand(pool.numel()) < p_new / u[pool]
         if not accept.any():
             accept[torch.argmax(p_new)] = True
-        D, p_D = pool[accept], p_new[accept].clamp_max(1.0)
+        D, p_D = _bless_cap(pool[accept], p_new[accept].clamp_max(1.0), max_size, _rand)
     return torch.sort(D).values
+
+
+def _bless_cap(
+    D: Tensor, p_D: Tensor, max_size: int | None, rand: Callable[[int], Tensor]
+) -> tuple[Tensor, Tensor]:
+    """Uniform subsample of ``max_size`` dictionary points, weights rescaled."""
+    if max_size is None or D.numel() <= max_size:
+        return D, p_D
+    keep = torch.argsort(rand(D.numel()))[:max_size]
+    return D[keep], p_D[keep] * (max_size / D.numel())

@@ -111,6 +111,7 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
         objective: str = "vfe",
         max_dictionary_size: int | None = None,
         seed: int | None = None,
+        memory_budget_gb: float | None = None,
     ) -> None:
         r"""Build the model.
 
@@ -136,7 +137,16 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
             max_dictionary_size: Optional cap on the dictionary. A larger draw is
                 replaced by a seeded uniform subsample of this size, trading the
                 leverage-score accuracy guarantee for a bounded ``O(n m^2)`` cost
-                (useful when ``d_eff`` approaches ``n``). ``None``: no cap.
+                (useful when ``d_eff`` approaches ``n``). ``None``: no cap. The cap
+                also acts inside every BLESS level
+                (:func:`~botorch_sketch.linalg.bless_dictionary`'s ``max_size``),
+                so the build never holds more than ``O(chunk x cap)`` kernel
+                entries.
+            memory_budget_gb: Optional memory budget of the ``n x m`` training
+                blocks (kernel block, embedding and their gradients, about four
+                ``n x m`` float64 arrays): the dictionary is capped at
+                ``budget / (32 n)`` points (and at ``max_dictionary_size``).
+                ``None``: no budget.
             seed: Seed for every random choice (dictionary draws); draws are
                 numbered, so copies of the model stay reproducible.
         """
@@ -225,6 +235,13 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
         self.max_dictionary_size = _optional_positive_int(
             max_dictionary_size, "max_dictionary_size"
         )
+        if memory_budget_gb is not None and not (
+            isinstance(memory_budget_gb, int | float) and memory_budget_gb > 0
+        ):
+            raise ValueError(
+                f"memory_budget_gb must be a positive number, got {memory_budget_gb!r}."
+            )
+        self.memory_budget_gb = memory_budget_gb
         self._num_draws = 0
         self._cache: dict[str, Any] | None = None
         self.to(dtype=_COMPUTE_DTYPE, device=train_X.device)
@@ -448,6 +465,10 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
     def _data_subset(self, idx: Tensor) -> NystromGP:
         """A copy restricted to training points ``idx`` (BLESS dictionary)."""
         sub = deepcopy(self)
+        # The subset fit uses the full model's cap, so the hyperparameters are
+        # fitted with a dictionary of the size the full model will use.
+        sub.max_dictionary_size = self._dictionary_cap()
+        sub.memory_budget_gb = None
         sub._train_X = self._train_X[..., idx, :]
         sub._train_Y = self._train_Y[..., idx]
         if isinstance(self.likelihood, FixedNoiseGaussianLikelihood):
@@ -726,13 +747,24 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
                 lam=float(noise[b % noise.shape[0]].mean()),
                 q_bar=self.q_bar,
                 generator=self._next_generator(None),
+                max_size=self._dictionary_cap(),
             )
             selected[idx] = True
         return self._cap(selected.nonzero().squeeze(-1))
 
-    def _cap(self, idx: Tensor) -> Tensor:
-        """Enforce ``max_dictionary_size`` by a seeded uniform subsample."""
+    def _dictionary_cap(self) -> int | None:
+        """``max_dictionary_size`` combined with the ``memory_budget_gb`` cap."""
         cap = self.max_dictionary_size
+        budget = getattr(self, "memory_budget_gb", None)
+        if budget is not None:
+            n = self._train_X.shape[-2]
+            by_memory = max(1, int(budget * 2**30 / (32 * n)))
+            cap = by_memory if cap is None else min(cap, by_memory)
+        return cap
+
+    def _cap(self, idx: Tensor) -> Tensor:
+        """Enforce the dictionary cap by a seeded uniform subsample."""
+        cap = self._dictionary_cap()
         if cap is None or idx.numel() <= cap:
             return idx
         logger.warning(

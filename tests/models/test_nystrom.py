@@ -294,6 +294,21 @@ class TestNystromGPDictionary(BotorchTestCase):
         free = NystromGP(X, Y, seed=0, q_bar=1e12)
         self.assertEqual(free.dictionary_size, 60)
 
+    def test_memory_budget_caps_dictionary_and_subset_fit(self):
+        X, Y = make_data(n=60)
+        budget = 15 * 32 * 60 / 2**30  # room for 15 dictionary points
+        model = NystromGP(X, Y, seed=0, q_bar=1e12, memory_budget_gb=budget)
+        self.assertEqual(model.dictionary_size, 15)
+        capped = NystromGP(
+            X, Y, seed=0, q_bar=1e12, memory_budget_gb=budget, max_dictionary_size=9
+        )
+        self.assertEqual(capped.dictionary_size, 9)
+        sub = model._data_subset(torch.arange(30))
+        self.assertEqual(sub.max_dictionary_size, 15)  # the full model's cap
+        self.assertLessEqual(sub.dictionary_size, 15)
+        with self.assertRaisesRegex(ValueError, "memory_budget_gb"):
+            NystromGP(X, Y, memory_budget_gb=0.0)
+
     def test_duplicated_dictionary_points(self):
         X, Y = make_data(n=20)
         X = torch.cat([X, X[:5]])
