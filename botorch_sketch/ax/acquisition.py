@@ -150,7 +150,10 @@ class AdaptiveBatchAcquisition(Acquisition):
             num_reference_points=int(self._option("num_reference_points")),
             seed=seed,
         )
-        if rounding_func is not None:
+        if rounding_func is not None and choices is None:
+            # Library rows are kept exactly as given (Ax's rounding callback goes
+            # through numpy and the parameter transforms and can move a row by
+            # ~1e-8, off the library).
             candidates = rounding_func(candidates)
         k = candidates.shape[0]
         logger.info("BBKB generated a batch of %d arm(s) (asked for %d).", k, n)

@@ -87,7 +87,8 @@ def get_next_batch(client: Client, max_batch_size: int) -> dict[int, dict]:
     The ``ax.Client`` counterpart of ``client.get_next_trials``: instead of a fixed
     count, a BBKB strategy decides how many trials (``1 <= k <= max_batch_size``)
     make up the batch. Before the strategy reaches its model-based node (the Sobol
-    initialisation) this is ``client.get_next_trials(max_batch_size)``.
+    initialisation) this is ``client.get_next_trials`` for at most the trials left
+    in the initialisation.
 
     Args:
         client: A configured ``ax.Client`` whose generation strategy is set.
@@ -105,7 +106,8 @@ def get_next_batch(client: Client, max_batch_size: int) -> dict[int, dict]:
     if experiment.optimization_config is None:
         raise AxError("Call client.configure_optimization before generating trials.")
     if not _next_node_is_adaptive(strategy, experiment):
-        return client.get_next_trials(max_trials=max_batch_size)
+        remaining = _remaining_in_current_node(strategy, experiment)
+        return client.get_next_trials(max_trials=min(max_batch_size, remaining))
     with with_rng_seed(seed=client._random_seed), _expected_short_batches():
         run = strategy.gen_single_trial(experiment=experiment, n=max_batch_size)
     runs = split_generator_run(run, batch_id=len(experiment.trials))
@@ -199,6 +201,20 @@ def _next_node_is_adaptive(
         spec.generator_kwargs.get("acquisition_class") is AdaptiveBatchAcquisition
         for spec in node.generator_specs
     )
+
+
+def _remaining_in_current_node(
+    strategy: GenerationStrategy, experiment: Experiment
+) -> int:
+    r"""Trials left before the current node's ``MinTrials`` criteria are met (>= 1)."""
+    from ax.generation_strategy.transition_criterion import MinTrials
+
+    left = [
+        criterion.threshold - len(experiment.trials)
+        for criterion in strategy._curr.transition_criteria
+        if isinstance(criterion, MinTrials) and criterion.use_all_trials_in_exp
+    ]
+    return max(1, min(left)) if left else 1 << 30
 
 
 def _entry_for_arm(value: object, position: int, k: int) -> object:

@@ -93,8 +93,8 @@ def test_client_helper_creates_the_rule_batch_as_one_arm_trials():
 
 def test_client_helper_during_initialisation_uses_sobol():
     client = make_client("bbkb", initialization_budget=5)
-    batch = get_next_batch(client, max_batch_size=3)
-    assert len(batch) == 3
+    batch = get_next_batch(client, max_batch_size=8)
+    assert len(batch) == 5  # not more than the initialisation has left
     runs = [client._experiment.trials[i].generator_runs[0] for i in batch]
     assert {run._generation_node_name for run in runs} == {"Sobol"}
 
