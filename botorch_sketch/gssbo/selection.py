@@ -126,6 +126,7 @@ class SubsetSelection:
 
 
 def validate_mode(mode: str) -> str:
+    r"""Return ``mode`` if it is one of :data:`MODES`, else raise a ``ValueError``."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
     return mode

@@ -264,6 +264,7 @@ class GOUCBModel(Model):
 
     @property
     def is_fitted(self) -> bool:
+        """Whether the Phase I oracle and the Phase II replay have run."""
         return self._state is not None
 
     @property
