@@ -331,7 +331,15 @@ def dtc_predict(
         symmetric ``batch_shape x q x q`` covariance (GP units).
     """
     r = predictor.coef.shape[-1]
-    ZU = K_XS @ predictor.basis
+    basis = predictor.basis
+    if basis.dim() == 2:
+        # Fold the test batch into the rows of one product: a batch of ``q = 1``
+        # posteriors must not stream the ``m x 2r`` basis once per batch member.
+        ZU = (K_XS.reshape(-1, basis.shape[0]) @ basis).reshape(
+            *K_XS.shape[:-1], basis.shape[-1]
+        )
+    else:
+        ZU = K_XS @ basis
     Z, U = ZU[..., :r], ZU[..., r:]
     mean = (U @ predictor.coef.unsqueeze(-1)).squeeze(-1)
     cov = K_test - Z @ Z.mT + U @ U.mT
