@@ -9,7 +9,8 @@ GP-UCB / GP-BUCB and uniform baselines. One concept per module:
 - :mod:`~botorch_sketch.bbkb.stopping`: batch stopping rules (Lemma 1, Lemma 3,
   GP-BUCB's product rule);
 - :mod:`~botorch_sketch.bbkb.schedules`: ``beta~`` / ``alpha~`` schedules;
-- :mod:`~botorch_sketch.bbkb.selection`: exact lazy UCB batch selection;
+- :mod:`~botorch_sketch.bbkb.selection`: exact UCB batch selection (pooled
+  eager downdates or the paper's lazy rule);
 - :mod:`~botorch_sketch.bbkb.exact`: incremental exact GP posterior;
 - :mod:`~botorch_sketch.bbkb.loop`: the bandit loops;
 - :mod:`~botorch_sketch.bbkb.kernels`: kernel callables.
@@ -36,7 +37,12 @@ from botorch_sketch.bbkb.schedules import (
     botorch_beta,
     make_schedule,
 )
-from botorch_sketch.bbkb.selection import LazyUCBSelector, StepRecord, select_batch
+from botorch_sketch.bbkb.selection import (
+    LazyUCBSelector,
+    PooledUCBSelector,
+    StepRecord,
+    select_batch,
+)
 from botorch_sketch.bbkb.state import BatchState, embed_arms, rebuild
 from botorch_sketch.bbkb.stopping import (
     GlobalLocalRule,
@@ -58,6 +64,7 @@ __all__ = [
     "LazyUCBSelector",
     "LocalRule",
     "PaperSchedule",
+    "PooledUCBSelector",
     "ProductRule",
     "ReferenceCodeSchedule",
     "StepRecord",

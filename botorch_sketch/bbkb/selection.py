@@ -7,26 +7,26 @@ Within a batch the dictionary, the embedding ``Z``, the mean ``mu~_fb`` and
 ``u(a) = mu(a) + alpha sqrt(s2(a))`` are upper bounds and lazy evaluation is exact
 (App. A.3, BBKB spec Sec. 4.3).
 
-Representation (our choice): a lower Cholesky factor ``L_t`` of ``V_t`` updated by
-:func:`~botorch_sketch.linalg.cholesky_rank_one_update` (``O(r^2)`` per step), plus
-the Sherman-Morrison history ``h_j = V_{j-1}^{-1} z_j / sqrt(1 + z_j^T V_{j-1}^{-1}
-z_j)`` of the batch, so that ``V_t^{-1} = V_s^{-1} - sum_{s <= j < t} h_j h_j^T``.
-Every arm remembers the step ``tau(a)`` at which its cached variance was exact.
-Refreshing an arm that missed ``k = t - tau(a)`` steps costs
+Two exact selectors (same choices up to rounding; :func:`select_batch` picks):
 
-- ``O(k r)`` with the history, ``s2 -= sum_{tau(a) <= j < t} (h_j . z(a))^2``, if
-  ``k <= r / 2``;
-- ``O(r^2)`` with a triangular solve, ``s2 = resid + ||L_t^{-1} z(a)||^2``, otherwise;
-
-so ``O(r min(k, r))`` per recomputed arm: ``O(r)`` for arms refreshed at every step
-(the typical case near the top of the UCB), never an ``O(A r^2)`` sweep per step.
-
-Lazy rule: after hallucinating ``x``, its UCB is recomputed, then every arm whose
-cached UCB is ``>= u_new(x)`` (App. A.3, Alg. 1 L8). Arms left alone have cached,
-hence exact, UCBs ``< u_new(x)``, so the next ``argmax`` (ties to the lowest index)
-equals the brute-force argmax. With ``allow_repeats=False`` the selected arm is
-masked out and the role of ``x`` is played by the argmax of the cached UCBs
-(refreshed first), which keeps the same guarantee.
+- :class:`PooledUCBSelector` (default, fastest): exact variances for a pool of the
+  arms with the largest batch-start UCBs, all downdated at every step by one
+  vectorised Sherman-Morrison product; the pool grows when an arm outside it
+  could win. ``O(K r + r^2)`` per step in about a dozen tensor operations.
+- :class:`LazyUCBSelector` (the paper's lazy rule, App. A.3, Alg. 1 L8): a
+  Cholesky factor ``L_t`` of ``V_t`` updated by
+  :func:`~botorch_sketch.linalg.cholesky_rank_one_update` (``O(r^2)`` per step),
+  plus the Sherman-Morrison history ``h_j = V_{j-1}^{-1} z_j / sqrt(1 + z_j^T
+  V_{j-1}^{-1} z_j)`` of the batch, so that ``V_t^{-1} = V_s^{-1} - sum_{s <= j < t}
+  h_j h_j^T``. Every arm remembers the step ``tau(a)`` at which its cached
+  variance was exact; refreshing an arm that missed ``k = t - tau(a)`` steps costs
+  ``O(r min(k, r))`` (history if ``k <= r / 2``, else a triangular solve).
+  After hallucinating ``x``, its UCB is recomputed, then every arm whose cached
+  UCB is ``>= u_new(x)``; arms left alone have cached, hence exact, UCBs
+  ``< u_new(x)``, so the next ``argmax`` (ties to the lowest index) equals the
+  brute-force argmax. With ``allow_repeats=False`` the selected arm is masked out
+  and the role of ``x`` is played by the argmax of the cached UCBs (refreshed
+  first), which keeps the same guarantee.
 """
 
 from __future__ import annotations
