@@ -23,6 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("benchmarks/bench_nystrom.py", ()),
     ("benchmarks/bench_bbkb.py", ()),
+    ("benchmarks/bench_ax.py", ()),
 )
 
 
