@@ -335,7 +335,7 @@ def nystrom_worker(n: int, budget_gb: float, seed: int) -> dict[str, Any]:
     mll = ExactMarginalLogLikelihood(model.likelihood, model)
     _, out["fit"] = timed(lambda: fit_gpytorch_mll(mll))
     model.eval()
-    Xt, yt = data["test_X"], data["test_Y"].squeeze(-1)
+    Xt, yt = data["test_X"], data["test_y"].reshape(-1)
 
     def predict() -> tuple[torch.Tensor, torch.Tensor]:
         means, variances = [], []
@@ -657,6 +657,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--nystrom-budget-gb", type=float, default=2.0)
     p.add_argument("--nystrom-timeout", type=float, default=1200.0)
     p.add_argument("--skip", default="", help=f"comma list of {SECTIONS}")
+    p.add_argument(
+        "--update",
+        action="store_true",
+        help="keep the sections of an existing perf_results.json that are skipped",
+    )
     p.add_argument("--nystrom-worker", type=int, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -711,15 +716,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         row, r = gp_bucb_row("minmax", args.T_exact)
         rows.append(row)
         curves["GP-BUCB exact (minmax)"] = r
-    res["rows"] = rows
-    res["summary"] = summarize(rows)
+    old = {}
+    if args.update and (args.out / "perf_results.json").exists():
+        old = json.loads((args.out / "perf_results.json").read_text())
+        res["command"] = old["command"] + "\n" + res["command"]
+    done = {(r["method"], r["scaling"]) for r in rows}
+    kept = [r for r in old.get("rows", []) if (r["method"], r["scaling"]) not in done]
+    res["rows"] = kept + rows
+    res["summary"] = summarize(res["rows"])
     if "botorch" not in skip:
         res["botorch"] = botorch_row("minmax", args.botorch_seconds)
+    elif old.get("botorch"):
+        res["botorch"] = old["botorch"]
     if "nystrom" not in skip:
         res["nystrom"] = nystrom_rows(
             args.nystrom_n, args.nystrom_budget_gb, args.nystrom_timeout
         )
         logger.info("NystromGP: %s", res["nystrom"])
+    elif old.get("nystrom"):
+        res["nystrom"] = old["nystrom"]
     res["nystrom_scaling"] = quoted_nystrom_scaling()
     res["targets"] = targets(res["summary"], res.get("nystrom"))
     (args.out / "perf_results.json").write_text(json.dumps(res, indent=1))

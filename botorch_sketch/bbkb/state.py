@@ -437,11 +437,14 @@ def _fused_sweep(state: BatchState, V: Tensor, X_S: Tensor) -> None:
             state.mu[lo:hi] = 0.0
             state.s2_0[lo:hi] = state.kdiag[lo:hi] / lam
             continue
-        K_block = (
-            state.K_SA[:, lo:hi].mT
-            if state.K_SA is not None
-            else state.kernel(state.arms[lo:hi], X_S)
-        )
-        torch.mv(K_block, Ww, out=state.mu[lo:hi])
-        quad = torch.linalg.vector_norm(K_block @ WD, dim=-1).square_()
+        if state.K_SA is not None:
+            # (W D)^T K_SA: the long A dimension is the output's row length,
+            # which BLAS runs about twice as fast as K_SA^T (W D) here.
+            K_cols = state.K_SA[:, lo:hi]
+            state.mu[lo:hi] = Ww @ K_cols
+            quad = (WD.mT @ K_cols).square_().sum(0)
+        else:
+            K_block = state.kernel(state.arms[lo:hi], X_S)
+            state.mu[lo:hi] = K_block @ Ww
+            quad = (K_block @ WD).square_().sum(-1)
         state.s2_0[lo:hi] = ((state.kdiag[lo:hi] - quad) / lam).clamp_min_(0.0)
