@@ -5,8 +5,14 @@ GO-UCB, packaged as BoTorch models and acquisition functions.
 """
 
 from botorch_sketch.generation import EmbeddingThompsonSampling
-from botorch_sketch.models import NystromGP
+from botorch_sketch.models import GOUCBModel, GradientSubsetGP, NystromGP
 
 __version__ = "0.1.0"
 
-__all__ = ["EmbeddingThompsonSampling", "NystromGP", "__version__"]
+__all__ = [
+    "EmbeddingThompsonSampling",
+    "GOUCBModel",
+    "GradientSubsetGP",
+    "NystromGP",
+    "__version__",
+]

@@ -1,5 +1,7 @@
 """BoTorch models of botorch_sketch."""
 
+from botorch_sketch.models.goucb import GOUCBModel
+from botorch_sketch.models.gssbo import GradientSubsetGP
 from botorch_sketch.models.nystrom import NystromGP
 
-__all__ = ["NystromGP"]
+__all__ = ["GOUCBModel", "GradientSubsetGP", "NystromGP"]
