@@ -116,12 +116,6 @@ def matern(d: int):
     return get_covar_module_with_dim_scaled_prior(ard_num_dims=d, use_rbf_kernel=False)
 
 
-def without_transforms(state: dict) -> dict:
-    """A state dict minus the transforms (for warm starts on new data)."""
-    skip = ("outcome_transform.", "input_transform.")
-    return {k: v for k, v in state.items() if not k.startswith(skip)}
-
-
 class ExactFitter:
     """``SingleTaskGP`` on all data, warm-started from the last hyperparameters."""
 
@@ -135,9 +129,11 @@ class ExactFitter:
         from botorch.models import SingleTaskGP
         from gpytorch.mlls import ExactMarginalLogLikelihood
 
+        from botorch_sketch.gssbo.loop import hyperparameter_state
+
         model = SingleTaskGP(X, Y, covar_module=matern(self.d))
         if self.warm_start and self.model is not None:
-            state = without_transforms(self.model.state_dict())
+            state = hyperparameter_state(self.model)
             model.load_state_dict(state, strict=False, keep_transforms=True)
         fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
         self.model = model
