@@ -87,7 +87,8 @@ class GradientSubsetGP(SingleTaskGP):
         subset_reasons: ``M`` :class:`~botorch_sketch.gssbo.selection.SubsetReason`
             codes aligned with ``subset_indices``.
         lml_gradients: The ``N`` unperturbed gradients of Eq. 3 used for the
-            selection (``None`` if no selection ran).
+            selection (``None`` if no gradient-based selection ran: ``N <= M``
+            or ``mode="random"``, which fits no pilot and computes no gradient).
 
     Example:
         >>> model = GradientSubsetGP(X, Y, subset_size=100, n_initial=20, seed=0)
@@ -176,11 +177,14 @@ class GradientSubsetGP(SingleTaskGP):
         n = train_X.shape[-2]
         generator = None if seed is None else torch.Generator().manual_seed(seed)
         gradients = None
-        if n <= subset_size:
+        if n <= subset_size or mode == "random":
+            # No gradients needed: everything fits, or RSSBO's uniform choice.
             chosen = selection.select_subset(
                 torch.zeros(n, dtype=train_Y.dtype, device=train_Y.device),
                 subset_size,
                 n_initial,
+                mode=mode,
+                generator=generator,
             )
         else:
             pilot_model, pilot_subset = _pilot_model(
