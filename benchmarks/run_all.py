@@ -23,6 +23,36 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("benchmarks/bench_nystrom.py", ()),
     ("benchmarks/bench_bbkb.py", ()),
+    # bench_gssbo's defaults are the paper's protocol (days of CPU here): run the
+    # reduced settings recorded in results/gssbo_summary.md.
+    (
+        "benchmarks/bench_gssbo.py",
+        tuple(
+            "--problems hart6 --methods exact,gssbo,gssbo_scalar,rssbo,nystrom "
+            "--iterations 200 --seeds 3 --subset-size 50 --jobs 2 --tag hart6".split()
+        ),
+    ),
+    (
+        "benchmarks/bench_gssbo.py",
+        tuple(
+            "--problems powell50 --methods exact,gssbo,rssbo,gssbo_scalar,nystrom "
+            "--iterations 100 --seeds 1 --subset-size 50 --tag powell50".split()
+        ),
+    ),
+    (
+        "benchmarks/bench_gssbo.py",
+        tuple(
+            "--scaling --problems hart6,powell50 --scaling-sizes "
+            "100,250,500,750,1000 --seeds 2 --subset-size 100 --tag m100".split()
+        ),
+    ),
+    (
+        "benchmarks/bench_gssbo.py",
+        tuple(
+            "--scaling --cold-start --problems hart6 --scaling-sizes "
+            "100,250,500,750,1000 --seeds 2 --subset-size 100 --tag m100cold".split()
+        ),
+    ),
     ("benchmarks/bench_ax.py", ()),
 )
 
