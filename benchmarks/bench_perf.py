@@ -3,9 +3,9 @@
 One command measures, in one process (NystromGP in a fresh subprocess, for its
 peak memory), on the machine it runs on:
 
-* the machine's float64 single-thread GEMM rate (GFLOP/s): a square 1024^3
-  product and the shape of a BBKB resparsification (``A x m x r`` with the kernel
-  block transposed, as in :func:`botorch_sketch.bbkb.state.rebuild`); the larger
+* the machine's float64 single-thread GEMM rate (GFLOP/s, CPU time): a square
+  1024^3 product and the shape of a BBKB resparsification (``r x m x A``,
+  ``(W D)^T K_SA`` as in :func:`botorch_sketch.bbkb.state.rebuild`); the larger
   of the two is the "peak" used for the flop floors;
 * Global-BBKB and GlobalLocal-BBKB on Cadata (``T = 10,000``, ``C = 2``,
   ``q_bar = 2``, ``lam = 1e-4``, RBF lengthscale 12.5, paper ``beta~``) for two
@@ -683,11 +683,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
     }
     sq = gemm_gflops(1024, 1024, 1024, False)
-    rb = gemm_gflops(20640, 130, 130, True)
+    rb = gemm_gflops(130, 130, 20640, False)
     res["gemm"] = {
         "square": sq,
         "rebuild_shape": rb,
-        "shape": "20640 x 130 x 130",
+        "shape": "130 x 130 x 20640 ((W D)^T K_SA)",
         "peak": max(sq, rb),
     }
     peak = res["gemm"]["peak"]
