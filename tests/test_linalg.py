@@ -241,37 +241,25 @@ def test_bless_cap_inside_levels_and_chunked_scoring():
         calls.append((A.shape[0], B.shape[0]))
         return rbf(A, B, 0.05)  # rough kernel: d_eff close to n
 
-    free = linalg.bless_dictionary(
-        X, kernel, rbf_diag, lam=1e-3, generator=torch.Generator().manual_seed(0)
-    )
+    def draw(**kw):
+        calls.clear()
+        gen = torch.Generator().manual_seed(0)
+        return linalg.bless_dictionary(
+            X, kernel, rbf_diag, lam=1e-3, generator=gen, **kw
+        )
+
+    free = draw()
     assert free.numel() > 200
     # Uncapped, chunked scoring draws the same dictionary (same random stream).
-    calls.clear()
-    chunked = linalg.bless_dictionary(
-        X,
-        kernel,
-        rbf_diag,
-        lam=1e-3,
-        generator=torch.Generator().manual_seed(0),
-        chunk_size=50,
-    )
-    assert torch.equal(chunked, free)
+    assert torch.equal(draw(chunk_size=50), free)
     # Pool scoring never takes more than a chunk (the other calls are K_D).
     assert all(b <= 50 or a == b for a, b in calls)
-    calls.clear()
-    capped = linalg.bless_dictionary(
-        X,
-        kernel,
-        rbf_diag,
-        lam=1e-3,
-        generator=torch.Generator().manual_seed(0),
-        max_size=40,
-    )
+    capped = draw(max_size=40)
     assert 1 <= capped.numel() <= 40
     assert torch.equal(capped, torch.unique(capped))
     assert max(a for a, _ in calls) <= 40  # every level works with <= 40 points
     with pytest.raises(ValueError, match="max_size"):
-        linalg.bless_dictionary(X, kernel, rbf_diag, lam=1e-3, max_size=0)
+        draw(max_size=0)
 
 
 def embed_with(X, S, kernel):
