@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: setup test lint demo bench
+.PHONY: setup test lint demo bench perf
 
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
@@ -38,3 +38,7 @@ demo: setup
 
 bench: $(BENCH_STAMP)
 	$(VPY) benchmarks/run_all.py
+
+# BBKB loop and NystromGP timings against the machine's GEMM flop limit.
+perf: $(BENCH_STAMP)
+	OMP_NUM_THREADS=1 $(VPY) benchmarks/bench_perf.py --standardized-runs 1 --T-standardized 1000
