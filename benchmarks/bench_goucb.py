@@ -460,8 +460,11 @@ def plot(
                 mean,
                 label=f"{LABELS[m]} ({v.shape[0]})",
                 ls="-" if m.startswith("goucb") else "--",
+                color=f"C{METHODS.index(m)}",
             )
-            ax.fill_between(t, mean - ci, mean + ci, alpha=0.15)
+            ax.fill_between(
+                t, mean - ci, mean + ci, alpha=0.15, color=f"C{METHODS.index(m)}"
+            )
         ax.axvline(n + 0.5, color="grey", lw=0.8, ls=":")
         ax.set_title(f"{p} (d = {DIM}, n = {n}, T = {T})")
         ax.set_xlabel("evaluation t")
