@@ -53,6 +53,7 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "100,250,500,750,1000 --seeds 2 --subset-size 100 --tag m100cold".split()
         ),
     ),
+    ("benchmarks/bench_goucb.py", ()),
     (
         "benchmarks/bench_perf.py",
         ("--standardized-runs", "1", "--T-standardized", "1000"),
