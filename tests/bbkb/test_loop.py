@@ -10,6 +10,7 @@ from botorch_sketch.bbkb import (
     noisy_oracle,
     rbf_kernel,
     run_bbkb,
+    run_botorch_fixed_q,
     run_gp_bucb,
     run_gp_ucb,
     run_uniform,
@@ -140,6 +141,30 @@ def test_exact_baselines():
         start += size
     uni = run_uniform(150, oracle, 500, f_true=f, seed=0)
     assert uni.regret.sum() / uniform_regret(f, 500) == pytest.approx(1.0, abs=0.15)
+
+
+def test_botorch_fixed_q_baseline():
+    X, f = problem(A=80)
+
+    def go(seed):
+        oracle = noisy_oracle(f, 0.01, torch.Generator().manual_seed(5))
+        return run_botorch_fixed_q(
+            X, oracle, 41, q=4, lengthscale=0.2, lam=1e-2, beta=0.5, f_true=f,
+            seed=seed, progress=False,
+        )
+
+    res = go(0)
+    assert res.arms.numel() == 41
+    assert res.batch_sizes.tolist() == [1] + [4] * 10
+    for b in range(1, 11):  # optimize_acqf_discrete picks distinct arms per batch
+        batch = res.arms[res.batch_id == b]
+        assert batch.unique().numel() == batch.numel()
+    assert bool(((res.arms >= 0) & (res.arms < X.shape[0])).all())
+    assert res.dict_size.tolist()[1:5] == [1, 1, 1, 1]  # observations at selection
+    assert torch.equal(res.arms, go(0).arms)  # seeded
+    assert float(res.regret_ratio(f)[-1]) < 0.7  # better than uniform sampling
+    with pytest.raises(ValueError, match="q must be a positive int"):
+        run_botorch_fixed_q(X, noisy_oracle(f, 0.01), 5, q=0, lengthscale=0.2, lam=0.1)
 
 
 def test_uncertainty_sampling_init():
