@@ -340,14 +340,15 @@ def fit_nystrom(
     )
     initial = model.dictionary_size
     rec = _FitRecorder()
+    # No optimizer callback: BoTorch's scipy_minimize re-evaluates the loss and its
+    # gradient at every callback (botorch/optim/core.py), which cost one extra
+    # evaluation per L-BFGS iteration (e.g. 43 s -> 69 s at n = 20,000).
     fit_gpytorch_mll(
         ExactMarginalLogLikelihood(model.likelihood, model),
-        optimizer_kwargs={"callback": rec.callback},
         warning_handler=rec.warning_handler,
     )
     info = (
-        f"custom_fit: subset {model.fit_subset_size}, {rec.steps} L-BFGS iters in "
-        f"all rounds; initial BLESS dict {initial}"
+        f"custom_fit: subset {model.fit_subset_size}; initial BLESS dict {initial}"
     )
     return model, info
 
@@ -372,16 +373,18 @@ def fit_exact(data: dict[str, Any], timeout_s: float) -> tuple[Any, str]:
     )
     rec = _FitRecorder()
     start = time.perf_counter()
+    # No optimizer callback (it re-evaluates the loss every iteration, see
+    # fit_nystrom), so iterations are not counted.
     fit_gpytorch_mll(
         ExactMarginalLogLikelihood(model.likelihood, model),
-        optimizer_kwargs={"callback": rec.callback, "timeout_sec": timeout_s},
+        optimizer_kwargs={"timeout_sec": timeout_s},
         warning_handler=rec.warning_handler,
     )
     others = [w for w in rec.warnings if "timed out" not in w]
     timed_out = len(others) < len(rec.warnings)
     timed_out |= time.perf_counter() - start >= timeout_s
     status = f"TIMED OUT at {timeout_s:.0f} s" if timed_out else "converged"
-    info = f"L-BFGS-B: {rec.steps} iters, {status}"
+    info = f"L-BFGS-B: {status}"
     if others:
         info += f"; warnings: {'; '.join(w[:120] for w in others)}"
     return model, info
