@@ -41,4 +41,4 @@ bench: $(BENCH_STAMP)
 
 # BBKB loop and NystromGP timings against the machine's GEMM flop limit.
 perf: $(BENCH_STAMP)
-	OMP_NUM_THREADS=1 $(VPY) benchmarks/bench_perf.py --standardized-runs 1 --T-standardized 1000
+	OMP_NUM_THREADS=1 $(VPY) benchmarks/bench_perf.py --standardized-runs 1 --T-standardized 1000 --nystrom-threads 2

@@ -366,11 +366,13 @@ def nystrom_worker(n: int, budget_gb: float, seed: int) -> dict[str, Any]:
     return out
 
 
-def nystrom_rows(n: int, budget_gb: float, timeout: float) -> dict[str, Any]:
+def nystrom_rows(
+    n: int, budget_gb: float, timeout: float, threads: int = 1
+) -> dict[str, Any]:
     """Run :func:`nystrom_worker` in a subprocess and parse its JSON line."""
     cmd = [
         sys.executable, __file__, "--nystrom-worker", str(n),
-        "--nystrom-budget-gb", str(budget_gb),
+        "--nystrom-budget-gb", str(budget_gb), "--nystrom-threads", str(threads),
     ]  # fmt: skip
     try:
         proc = subprocess.run(
@@ -561,7 +563,8 @@ def write_markdown(path: pathlib.Path, res: dict[str, Any]) -> None:
                 ],
                 "",
                 f"Synthetic set of `bench_nystrom.py` (n = {nys['n']:,}, d = "
-                f"{nys['d']}), `memory_budget_gb={nys['memory_budget_gb']}` "
+                f"{nys['d']}), {nys.get('threads', 1)} torch thread(s), "
+                f"`memory_budget_gb={nys['memory_budget_gb']}` "
                 f"(dictionary cap {nys['dictionary_size']}), predictive marginals "
                 f"of {nys['num_test']:,} test points in chunks of 1,000. Peak RSS "
                 f"{nys['peak_rss_mb']:.0f} MB (baseline after imports and data "
@@ -655,6 +658,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--nystrom-n", type=int, default=100_000)
     p.add_argument("--nystrom-budget-gb", type=float, default=2.0)
+    p.add_argument(
+        "--nystrom-threads",
+        type=int,
+        default=1,
+        help="torch threads of the NystromGP worker (the machine has 2 cores)",
+    )
     p.add_argument("--nystrom-timeout", type=float, default=1200.0)
     p.add_argument("--skip", default="", help=f"comma list of {SECTIONS}")
     p.add_argument(
@@ -669,7 +678,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     if args.nystrom_worker is not None:
-        torch.set_num_threads(1)
+        torch.set_num_threads(args.nystrom_threads)
         out = nystrom_worker(args.nystrom_worker, args.nystrom_budget_gb, 0)
         print(json.dumps(out))
         return
@@ -730,8 +739,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         res["botorch"] = old["botorch"]
     if "nystrom" not in skip:
         res["nystrom"] = nystrom_rows(
-            args.nystrom_n, args.nystrom_budget_gb, args.nystrom_timeout
+            args.nystrom_n,
+            args.nystrom_budget_gb,
+            args.nystrom_timeout,
+            args.nystrom_threads,
         )
+        res["nystrom"]["threads"] = args.nystrom_threads
         logger.info("NystromGP: %s", res["nystrom"])
     elif old.get("nystrom"):
         res["nystrom"] = old["nystrom"]
