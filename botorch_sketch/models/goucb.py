@@ -89,13 +89,14 @@ from botorch_sketch.goucb.network import (
     values_and_jacobian,
 )
 from botorch_sketch.goucb.oracle import OracleOptions, fit_regression_oracle
+from botorch_sketch.models.options import ModelOptionsMixin
 
 logger = logging.getLogger(__name__)
 
 _LINEARIZATIONS = ("replay", "anchor")
 
 
-class GOUCBModel(Model):
+class GOUCBModel(ModelOptionsMixin, Model):
     r"""GO-UCB's gradient-linearized network posterior (single output).
 
     Example:
@@ -250,8 +251,15 @@ class GOUCBModel(Model):
     def construct_inputs(
         cls, training_data: SupervisedDataset, **kwargs: Any
     ) -> dict[str, Any]:
-        r"""Model inputs from a ``SupervisedDataset`` plus model options (for Ax)."""
-        return {**super().construct_inputs(training_data=training_data), **kwargs}
+        r"""Model inputs for Ax: data and options, without observed variances.
+
+        GO-UCB's least squares weighs every observation alike (Eq. 4), so observed
+        noise variances (Ax passes them when SEMs are reported) are not used.
+        """
+        inputs = super().construct_inputs(training_data=training_data, **kwargs)
+        if inputs.pop("train_Yvar", None) is not None:
+            logger.info("GOUCBModel ignores observed noise variances (train_Yvar).")
+        return inputs
 
     def subset_output(self, idcs: list[int]) -> GOUCBModel:
         if list(idcs) != [0]:

@@ -45,7 +45,6 @@ from botorch.models.transforms.outcome import OutcomeTransform
 from botorch.models.utils.gpytorch_modules import (
     get_covar_module_with_dim_scaled_prior,
 )
-from botorch.utils.datasets import SupervisedDataset
 from botorch.utils.types import DEFAULT, _DefaultType
 from gpytorch.likelihoods import FixedNoiseGaussianLikelihood, Likelihood
 from gpytorch.means import Mean
@@ -56,11 +55,12 @@ from torch import Tensor
 from botorch_sketch.gssbo import selection
 from botorch_sketch.gssbo.selection import SubsetReason
 from botorch_sketch.models.nystrom import _validate_training_data
+from botorch_sketch.models.options import ModelOptionsMixin
 
 logger = logging.getLogger(__name__)
 
 
-class GradientSubsetGP(SingleTaskGP):
+class GradientSubsetGP(ModelOptionsMixin, SingleTaskGP):
     r"""``SingleTaskGP`` trained on a subset chosen by gradient diversity (GSSBO).
 
     Default ``mode="vector"``: on Hart6 (200 UCB iterations, M = 50, n0 = 20, 3
@@ -247,13 +247,6 @@ class GradientSubsetGP(SingleTaskGP):
     def subset_reason_names(self) -> list[str]:
         r"""``subset_reasons`` as lower-case names (``"initial"``, ``"newest"``...)."""
         return [SubsetReason(int(c)).name.lower() for c in self.subset_reasons]
-
-    @classmethod
-    def construct_inputs(
-        cls, training_data: SupervisedDataset, **kwargs: Any
-    ) -> dict[str, Any]:
-        r"""Ax hook: the data plus the model options (``subset_size``, ``mode``...)."""
-        return {**super().construct_inputs(training_data=training_data), **kwargs}
 
 
 # ---------------------------------------------------------------------------------

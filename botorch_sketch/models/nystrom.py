@@ -46,7 +46,6 @@ from botorch.models.utils.gpytorch_modules import (
 )
 from botorch.posteriors.gpytorch import GPyTorchPosterior
 from botorch.posteriors.transformed import TransformedPosterior
-from botorch.utils.datasets import SupervisedDataset
 from botorch.utils.types import DEFAULT, _DefaultType
 from gpytorch.distributions import MultivariateNormal
 from gpytorch.likelihoods import FixedNoiseGaussianLikelihood, Likelihood
@@ -59,13 +58,16 @@ from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
 from botorch_sketch import linalg
+from botorch_sketch.models.options import ModelOptionsMixin
 
 logger = logging.getLogger(__name__)
 
 _COMPUTE_DTYPE = torch.float64
 
 
-class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
+class NystromGP(
+    ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin
+):
     r"""DTC/Nyström sparse GP whose dictionary is drawn by posterior-variance sampling.
 
     A drop-in replacement for ``SingleTaskGP`` at large ``n``: same constructor
@@ -305,13 +307,6 @@ class NystromGP(BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
         if mode or self.training:
             self._cache = None
         return super().train(mode)
-
-    @classmethod
-    def construct_inputs(
-        cls, training_data: SupervisedDataset, **kwargs: Any
-    ) -> dict[str, Any]:
-        r"""Model inputs from a ``SupervisedDataset`` plus model options (for Ax)."""
-        return {**super().construct_inputs(training_data=training_data), **kwargs}
 
     # ----------------------------------------------------------------------------
     # Core computations
