@@ -364,9 +364,9 @@ def _recipe(name: str) -> StrategyRecipe:
 
 def _validate_common(opts: dict[str, Any]) -> None:
     for key in ("initialization_budget", "num_restarts", "raw_samples"):
-        value = opts[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{key} must be a positive int, got {value!r}.")
+        _check_positive_int(opts[key], key)
+    if opts.get("max_batch_size") is not None:
+        _check_positive_int(opts["max_batch_size"], "max_batch_size")
     seed = opts["seed"]
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}.")
@@ -378,8 +378,8 @@ def _validate_common(opts: dict[str, Any]) -> None:
             raise ValueError(f"{key} must be a finite number >= 0, got {value!r}.")
     if opts.get("C") is not None and opts["C"] < 1:
         raise ValueError(f"C must be >= 1, got {opts['C']!r}.")
-    size = opts.get("max_batch_size")
-    if size is not None and (
-        isinstance(size, bool) or not isinstance(size, int) or size < 1
-    ):
-        raise ValueError(f"max_batch_size must be a positive int, got {size!r}.")
+
+
+def _check_positive_int(value: Any, key: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{key} must be a positive int, got {value!r}.")

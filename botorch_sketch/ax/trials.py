@@ -32,7 +32,10 @@ from ax.core.experiment import Experiment
 from ax.core.generator_run import GeneratorRun
 from ax.exceptions.core import AxError
 from ax.generation_strategy.generation_strategy import GenerationStrategy
+from ax.generation_strategy.transition_criterion import MinTrials
 from ax.utils.common.random import with_rng_seed
+
+from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
 
 logger = logging.getLogger(__name__)
 
@@ -190,8 +193,6 @@ def _next_node_is_adaptive(
     Mirrors the transition check ``GenerationStrategy.gen`` makes first (Ax 1.3
     exposes it only on the node).
     """
-    from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
-
     strategy.experiment = experiment
     move, name = strategy._curr.should_transition_to_next_node(
         raise_data_required_error=False
@@ -207,8 +208,6 @@ def _remaining_in_current_node(
     strategy: GenerationStrategy, experiment: Experiment
 ) -> int:
     r"""Trials left before the current node's ``MinTrials`` criteria are met (>= 1)."""
-    from ax.generation_strategy.transition_criterion import MinTrials
-
     left = [
         criterion.threshold - len(experiment.trials)
         for criterion in strategy._curr.transition_criteria
