@@ -134,50 +134,6 @@ def _nystrom_kwargs(rule: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     return build
 
 
-_RECIPES: dict[str, StrategyRecipe] = {}
-
-
-def _register(recipe: StrategyRecipe) -> None:
-    _RECIPES[recipe.name] = recipe
-
-
-for _name, _node, _rule, _options, _summary in (
-    (
-        "bkb",
-        "BKB",
-        "bkb",
-        _NYSTROM_OPTIONS,
-        "NystromGP (DTC, leverage-score dictionary) + batch UCB, one arm per batch "
-        "(Calandriello et al., COLT 2019)",
-    ),
-    (
-        "bbkb",
-        "BBKB",
-        "global",
-        _BBKB_OPTIONS,
-        "BKB with adaptive batches, global stopping rule C (Calandriello et al., "
-        "ICML 2020)",
-    ),
-    (
-        "bbkb-local",
-        "BBKB-local",
-        "global_local",
-        _BBKB_OPTIONS,
-        "BBKB with the global-local stopping rule (larger batches, ICML 2020 "
-        "Lemma 3)",
-    ),
-):
-    _register(
-        StrategyRecipe(
-            name=_name,
-            node_name=_node,
-            summary=_summary,
-            generator_kwargs=_nystrom_kwargs(_rule),
-            options=_options,
-        )
-    )
-
-
 # -------------------------------------------------------------------------------
 # GSSBO / RSSBO and GO-UCB: our models with BoTorch's qUCB
 # -------------------------------------------------------------------------------
@@ -239,40 +195,59 @@ def _goucb_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
     return _qucb_kwargs(GOUCBModel, model_options, opts["beta"])
 
 
-for _name, _node, _build, _options, _summary in (
-    (
-        "gssbo",
-        "GSSBO",
-        _gssbo_kwargs("vector"),
-        _GSSBO_OPTIONS,
-        "exact GP on a gradient-diverse subset (vector gradients) + qUCB (Wei et "
-        "al., 2025)",
-    ),
-    (
-        "rssbo",
-        "RSSBO",
-        _gssbo_kwargs("random"),
-        _GSSBO_OPTIONS,
-        "exact GP on a uniformly random subset + qUCB (GSSBO's baseline)",
-    ),
-    (
-        "goucb",
-        "GO-UCB",
-        _goucb_kwargs,
-        _GOUCB_OPTIONS,
-        "linearized neural network with a gradient confidence set + qUCB (Liu & "
-        "Wang, ICML 2023)",
-    ),
-):
-    _register(
+#: Every strategy, by name.
+_RECIPES: dict[str, StrategyRecipe] = {
+    recipe.name: recipe
+    for recipe in (
         StrategyRecipe(
-            name=_name,
-            node_name=_node,
-            summary=_summary,
-            generator_kwargs=_build,
-            options=_options,
-        )
+            name="bkb",
+            node_name="BKB",
+            summary="NystromGP (DTC, leverage-score dictionary) + batch UCB, one arm "
+            "per batch (Calandriello et al., COLT 2019)",
+            generator_kwargs=_nystrom_kwargs("bkb"),
+            options=_NYSTROM_OPTIONS,
+        ),
+        StrategyRecipe(
+            name="bbkb",
+            node_name="BBKB",
+            summary="BKB with adaptive batches, global stopping rule C (Calandriello "
+            "et al., ICML 2020)",
+            generator_kwargs=_nystrom_kwargs("global"),
+            options=_BBKB_OPTIONS,
+        ),
+        StrategyRecipe(
+            name="bbkb-local",
+            node_name="BBKB-local",
+            summary="BBKB with the global-local stopping rule (larger batches, ICML "
+            "2020 Lemma 3)",
+            generator_kwargs=_nystrom_kwargs("global_local"),
+            options=_BBKB_OPTIONS,
+        ),
+        StrategyRecipe(
+            name="gssbo",
+            node_name="GSSBO",
+            summary="exact GP on a gradient-diverse subset (vector gradients) + qUCB "
+            "(Wei et al., 2025)",
+            generator_kwargs=_gssbo_kwargs("vector"),
+            options=_GSSBO_OPTIONS,
+        ),
+        StrategyRecipe(
+            name="rssbo",
+            node_name="RSSBO",
+            summary="exact GP on a uniformly random subset + qUCB (GSSBO's baseline)",
+            generator_kwargs=_gssbo_kwargs("random"),
+            options=_GSSBO_OPTIONS,
+        ),
+        StrategyRecipe(
+            name="goucb",
+            node_name="GO-UCB",
+            summary="linearized neural network with a gradient confidence set + qUCB "
+            "(Liu & Wang, ICML 2023)",
+            generator_kwargs=_goucb_kwargs,
+            options=_GOUCB_OPTIONS,
+        ),
     )
+}
 
 
 # -------------------------------------------------------------------------------
