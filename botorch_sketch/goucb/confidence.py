@@ -30,8 +30,9 @@ Linearized optimism (spec Sec. 3.2): maximizing the first-order model
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -62,6 +63,10 @@ def paper_lambda(T: int) -> float:
     if not (isinstance(T, int) and T > 0):
         raise ValueError(f"T must be a positive int, got {T!r}.")
     return max(1.0, math.sqrt(T) * math.log(T) ** 2)
+
+
+#: The tensor fields of :class:`GradientConfidenceSet`.
+TENSOR_FIELDS = ("w0", "sigma_inv", "b", "G", "r", "u2")
 
 
 @dataclass(frozen=True)
@@ -109,6 +114,28 @@ class GradientConfidenceSet:
             r=empty,
             u2=empty,
         )
+
+    def map_tensors(self, fn: Callable[[Tensor], Tensor]) -> GradientConfidenceSet:
+        r"""The same set with ``fn`` applied to every tensor (e.g. a dtype cast)."""
+        return replace(
+            self, **{name: fn(getattr(self, name)) for name in TENSOR_FIELDS}
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        r"""Plain ``{field: value}`` (tensors cloned), inverse of :meth:`from_dict`."""
+        out: dict[str, Any] = {"lam": self.lam}
+        out.update(
+            {name: getattr(self, name).detach().clone() for name in TENSOR_FIELDS}
+        )
+        return out
+
+    @classmethod
+    def from_dict(cls, state: Mapping[str, Any]) -> GradientConfidenceSet:
+        r"""The set saved by :meth:`to_dict`."""
+        missing = {"lam", *TENSOR_FIELDS} - set(state)
+        if missing:
+            raise ValueError(f"confidence set state lacks {sorted(missing)}.")
+        return cls(lam=float(state["lam"]), **{n: state[n] for n in TENSOR_FIELDS})
 
     @property
     def d_w(self) -> int:

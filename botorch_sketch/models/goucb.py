@@ -89,7 +89,9 @@ from botorch_sketch.goucb.network import (
     values_and_jacobian,
 )
 from botorch_sketch.goucb.oracle import OracleOptions, fit_regression_oracle
+from botorch_sketch.models.extra_state import with_extra_state
 from botorch_sketch.models.options import ModelOptionsMixin
+from botorch_sketch.models.validation import validate_new_observations
 
 logger = logging.getLogger(__name__)
 
@@ -270,6 +272,52 @@ class GOUCBModel(ModelOptionsMixin, Model):
     # State
     # ----------------------------------------------------------------------------
 
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> GOUCBModel:
+        # ``.to()`` / ``.cuda()`` also convert the confidence set and the raw inputs.
+        out = super()._apply(fn, *args, **kwargs)
+        if getattr(self, "_state", None) is not None:
+            self._state = self._state.map_tensors(fn)
+        if hasattr(self, "_original_train_X"):
+            self._original_train_X = fn(self._original_train_X)
+        return out
+
+    def get_extra_state(self) -> dict[str, Any]:
+        r"""The fitted confidence set (``Sigma_t^{-1}``, ``w_hat_0``, gradients...).
+
+        Stored by ``state_dict()`` under ``"_extra_state"``; the network's weights
+        (``w_hat_t``) are ordinary parameters. ``None`` before the fit.
+        """
+        return {
+            "confidence_set": None if self._state is None else self._state.to_dict()
+        }
+
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        r"""Restore :meth:`get_extra_state`: the posterior is then the saved one."""
+        saved = state.get("confidence_set")
+        if saved is None:
+            self._state = None
+            return
+        confidence_set = GradientConfidenceSet.from_dict(saved).map_tensors(
+            lambda t: t.to(self._train_X)
+        )
+        if confidence_set.d_w != self._layout.numel:
+            raise ValueError(
+                f"the saved confidence set has {confidence_set.d_w} parameters, this "
+                f"model's network has {self._layout.numel}."
+            )
+        self._state = confidence_set
+
+    def load_state_dict(
+        self, state_dict: Any, strict: bool = True, assign: bool = False
+    ) -> Any:
+        r"""Load network weights and the confidence set (:meth:`get_extra_state`).
+
+        A state without a confidence set keeps the current one.
+        """
+        return super().load_state_dict(
+            with_extra_state(self, state_dict), strict=strict, assign=assign
+        )
+
     @property
     def is_fitted(self) -> bool:
         """Whether the Phase I oracle and the Phase II replay have run."""
@@ -410,14 +458,13 @@ class GOUCBModel(ModelOptionsMixin, Model):
         ``Y`` (``n' x 1``) is in original units; the stored outcome-transform
         statistics are kept. Batched (fantasy) inputs are not supported.
         """
+        validate_new_observations(X, Y, None, d=self._train_X.shape[-1], m=1)
         if X.dim() != 2 or Y.dim() != 2:
             raise UnsupportedError(
                 "GOUCBModel.condition_on_observations supports only n x d inputs and "
                 "n x 1 targets (no batched fantasies)."
             )
-        _validate_training_data(X, Y)
-        if X.shape[-1] != self._train_X.shape[-1]:
-            raise ValueError(f"X must have {self._train_X.shape[-1]} columns.")
+        X, Y = X.to(self._train_X), Y.to(self._train_X)
         self.eval()
         with torch.no_grad():
             X_tf = self.transform_inputs(X)
@@ -434,6 +481,20 @@ class GOUCBModel(ModelOptionsMixin, Model):
         new._state = state
         new._layout.load(new.network, state.w_hat)
         return new
+
+    def fantasize(self, X: Tensor, sampler: Any, **kwargs: Any) -> GOUCBModel:
+        r"""Not supported: GO-UCB's online update has no batched fantasy models.
+
+        Raises:
+            UnsupportedError: always. Acquisition functions built on fantasies
+                (qKG, qNIPV, qMES with pending points) need another model; qUCB,
+                qLogEI, qLogNEI and the analytic ones work.
+        """
+        raise UnsupportedError(
+            "GOUCBModel does not support fantasize (batched fantasy models); "
+            "use an acquisition function that needs no fantasies, e.g. UCB or "
+            "qLogNEI."
+        )
 
 
 def fit_goucb_model(

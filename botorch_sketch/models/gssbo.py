@@ -54,8 +54,11 @@ from torch import Tensor
 
 from botorch_sketch.gssbo import selection
 from botorch_sketch.gssbo.selection import SubsetReason
-from botorch_sketch.models.nystrom import _validate_training_data
 from botorch_sketch.models.options import ModelOptionsMixin
+from botorch_sketch.models.validation import (
+    validate_new_observations,
+    validate_training_data,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +152,7 @@ class GradientSubsetGP(ModelOptionsMixin, SingleTaskGP):
                 input_transform: As in ``SingleTaskGP`` (default kernel:
                 Matérn-5/2 ARD).
         """
-        _validate_training_data(train_X, train_Y, train_Yvar)
+        validate_training_data(train_X, train_Y, train_Yvar)
         if train_X.dim() != 2 or train_Y.shape[-1] != 1:
             raise UnsupportedError(
                 "GradientSubsetGP selects one subset for one outcome: train_X must "
@@ -242,6 +245,23 @@ class GradientSubsetGP(ModelOptionsMixin, SingleTaskGP):
         self.mode = mode
         self.n_initial = n_initial
         self.seed = seed
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> GradientSubsetGP:
+        # ``ExactGP`` keeps its prediction caches across ``.to()``, where they no
+        # longer match the new dtype/device; drop them (rebuilt on next use).
+        self.prediction_strategy = None
+        return super()._apply(fn, *args, **kwargs)
+
+    def condition_on_observations(
+        self, X: Tensor, Y: Tensor, noise: Tensor | None = None, **kwargs: Any
+    ) -> GradientSubsetGP:
+        r"""``SingleTaskGP``'s update (the subset grows), with the inputs checked.
+
+        Bad data (NaN, mismatched sizes, a second output column) raise a
+        ``ValueError`` naming the problem here, not later in ``posterior``.
+        """
+        validate_new_observations(X, Y, noise, d=self.full_train_X.shape[-1], m=1)
+        return super().condition_on_observations(X, Y, noise=noise, **kwargs)
 
     @property
     def subset_reason_names(self) -> list[str]:

@@ -53,21 +53,28 @@ from gpytorch.means import ConstantMean, Mean
 from gpytorch.mlls import MarginalLogLikelihood
 from gpytorch.models import GP
 from gpytorch.module import Module
+from gpytorch.settings import min_fixed_noise
 from linear_operator.operators import DenseLinearOperator
 from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
 from botorch_sketch import linalg
+from botorch_sketch.models.extra_state import EXTRA_STATE_KEY, with_extra_state
 from botorch_sketch.models.options import ModelOptionsMixin
+from botorch_sketch.models.validation import (
+    check_finite,
+    validate_new_observations,
+    validate_training_data,
+)
 
 logger = logging.getLogger(__name__)
 
-_COMPUTE_DTYPE = torch.float64
+#: Dtype the model is built in. Afterwards it computes in the dtype of its training
+#: data buffers, which ``.to(dtype)`` changes like every other tensor of the model.
+_DEFAULT_DTYPE = torch.float64
 
 
-class NystromGP(
-    ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin
-):
+class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
     r"""DTC/Nyström sparse GP whose dictionary is drawn by posterior-variance sampling.
 
     A drop-in replacement for ``SingleTaskGP`` at large ``n``: same constructor
@@ -152,7 +159,7 @@ class NystromGP(
             seed: Seed for every random choice (dictionary draws); draws are
                 numbered, so copies of the model stay reproducible.
         """
-        _validate_training_data(train_X, train_Y, train_Yvar)
+        validate_training_data(train_X, train_Y, train_Yvar)
         if not (isinstance(q_bar, int | float) and q_bar > 0 and math.isfinite(q_bar)):
             raise ValueError(f"q_bar must be a positive finite number, got {q_bar!r}.")
         if objective not in ("vfe", "dtc"):
@@ -169,14 +176,17 @@ class NystromGP(
                 "NystromGP stores transformed training inputs; input transforms with "
                 "trainable parameters (e.g. Warp) are not supported."
             )
-        if train_X.dtype != _COMPUTE_DTYPE:
+        if train_X.dtype != _DEFAULT_DTYPE:
             logger.info(
-                "NystromGP computes in float64; casting %s data.", train_X.dtype
+                "NystromGP is built in float64 (the Nystrom embedding and the "
+                "variance differences need it); casting %s data. `.to(dtype)` "
+                "afterwards switches the model's compute dtype.",
+                train_X.dtype,
             )
-        train_X = train_X.to(_COMPUTE_DTYPE)
-        train_Y = train_Y.to(_COMPUTE_DTYPE)
+        train_X = train_X.to(_DEFAULT_DTYPE)
+        train_Y = train_Y.to(_DEFAULT_DTYPE)
         if train_Yvar is not None:
-            train_Yvar = train_Yvar.to(_COMPUTE_DTYPE)
+            train_Yvar = train_Yvar.to(_DEFAULT_DTYPE)
         super().__init__()
         if outcome_transform == DEFAULT:
             outcome_transform = Standardize(
@@ -246,7 +256,7 @@ class NystromGP(
         self.memory_budget_gb = memory_budget_gb
         self._num_draws = 0
         self._cache: dict[str, Any] | None = None
-        self.to(dtype=_COMPUTE_DTYPE, device=train_X.device)
+        self.to(dtype=_DEFAULT_DTYPE, device=train_X.device)
         n = self._train_X.shape[-2]
         if dictionary is None:
             with torch.no_grad():
@@ -293,6 +303,20 @@ class NystromGP(
         pass
 
     @property
+    def _compute_dtype(self) -> torch.dtype:
+        """The dtype the model computes in (that of its training data)."""
+        return self._train_X.dtype
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> NystromGP:
+        # ``.to()`` / ``.double()`` / ``.cuda()`` convert every tensor of the model;
+        # the posterior caches are rebuilt in the new dtype/device on next use.
+        self._cache = None
+        out = super()._apply(fn, *args, **kwargs)
+        if hasattr(self, "_original_train_inputs"):
+            self._original_train_inputs = fn(self._original_train_inputs)
+        return out
+
+    @property
     def dictionary_size(self) -> int:
         r"""Number of training points in the dictionary (unique indices)."""
         return int(self.dictionary_indices.numel())
@@ -325,14 +349,6 @@ class NystromGP(
     def _embed(self, X: Tensor, S: Tensor, W: Tensor) -> Tensor:
         return self.covar_module(X, S).to_dense() @ W
 
-    def _train_terms(self) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """``(S, W, Z, residual y, noise)`` with the pseudo-inverse embedding."""
-        S, W = self._embedding()
-        X = self._train_X
-        Z = self._embed(X, S, W)
-        r = self._train_Y - self.mean_module(X)
-        return S, W, Z, r, self._noise()
-
     def _hyperparameter_key(self) -> tuple[Tensor, ...]:
         return tuple(p.detach().clone() for p in self.parameters())
 
@@ -342,6 +358,12 @@ class NystromGP(
         Unlike ``ExactGP``, which keeps its caches until ``train()`` is called, we
         compare the hyperparameters on every call (a few small tensors), so setting
         e.g. ``model.covar_module.lengthscale`` in eval mode is never served stale.
+
+        Like gpytorch's test caches they are detached from the hyperparameters,
+        but not from the training data when those carry gradients: a fantasy
+        model's data depend on the fantasy points, and qKG / qNIPV differentiate
+        through them. The embedding map of the (data-independent) dictionary is
+        always built without gradients (an eigendecomposition's are unstable).
         """
         key = self._hyperparameter_key()
         if self._cache is not None and not all(
@@ -350,8 +372,13 @@ class NystromGP(
             self._cache = None
         if self._cache is None:
             with torch.no_grad():
-                S, W, Z, r, noise = self._train_terms()
-                factor = linalg.dtc_factor(Z, r, noise)
+                S, W = self._embedding()
+            X, Y = self._train_X, self._train_Y
+            data_grad = torch.is_grad_enabled() and (X.requires_grad or Y.requires_grad)
+            with torch.set_grad_enabled(data_grad):
+                Z = self._embed(X, S, W)
+                r = Y - self.mean_module(X)
+                factor = linalg.dtc_factor(Z, r, self._noise())
                 predictor = linalg.dtc_predictor(W, factor)
             self._cache = {
                 "S": S,
@@ -366,10 +393,17 @@ class NystromGP(
         r"""Negative VFE bound (or DTC log likelihood) plus log priors, over ``n``.
 
         Picked up by BoTorch's loss closure, so ``fit_gpytorch_mll`` optimises it.
-        Normalised like ``ExactMarginalLogLikelihood`` (divided by ``n``). Uses the
-        Cholesky form of the Nyström features (:func:`~botorch_sketch.linalg.
+        Normalised like ``ExactMarginalLogLikelihood`` (divided by ``n``) and, like
+        it, one value per member of the output-augmented batch
+        (``batch_shape x (m)``): BoTorch sums them for a joint fit, or fits each
+        member on its own (multi-output and batched models). Uses the Cholesky
+        form of the Nyström features (:func:`~botorch_sketch.linalg.
         cholesky_features`), whose gradients are stable. ``O(n m^2)`` time,
         ``O(n m)`` memory.
+
+        Returns:
+            A ``batch_shape x (m)`` tensor (a scalar for an unbatched one-output
+            model).
         """
         X, S = self._train_X, self.inducing_points
         r = self._train_Y - self.mean_module(X)
@@ -383,9 +417,11 @@ class NystromGP(
             # A line-search step into a degenerate region (e.g. NaN or extreme
             # hyperparameters): BoTorch's fit loop retries on NotPSDError.
             raise NotPSDError(f"NystromGP loss: {err}") from err
-        ll = ll.sum()
+        # Priors per batch member, reduced over their trailing (event) dimensions
+        # as ``ExactMarginalLogLikelihood`` does.
         for _, module, prior, closure, _ in self.named_priors():
-            ll = ll + prior.log_prob(closure(module)).sum()
+            term = prior.log_prob(closure(module))
+            ll = ll + term.reshape(*term.shape[: ll.dim()], -1).sum(-1)
         return -ll / r.shape[-1]
 
     def custom_fit(
@@ -431,7 +467,10 @@ class NystromGP(
                 )
                 sub_mll = type(mll)(sub.likelihood, sub)
                 sub._fit_with_refits(sub_mll, fit_kwargs)
-                self.load_state_dict(sub.state_dict(), strict=False)
+                hyperparameters = sub.state_dict()
+                # The subsample's dictionary is not the full model's (step 4).
+                hyperparameters.pop(EXTRA_STATE_KEY)
+                self.load_state_dict(hyperparameters, strict=False)
                 self._num_draws = max(self._num_draws, sub._num_draws)
                 mll.eval()
             else:
@@ -521,7 +560,7 @@ class NystromGP(
         Returns:
             A ``GPyTorchPosterior`` with the joint DTC covariance, in float64.
         """
-        _check_finite(X, "X")
+        check_finite(X, "X")
         if X.dim() < 2 or X.shape[-1] != self._original_train_inputs.shape[-1]:
             raise ValueError(
                 f"X must be batch_shape x q x d with d = "
@@ -536,7 +575,7 @@ class NystromGP(
                 posterior_transform=posterior_transform,
             )
         return super().posterior(
-            X.to(_COMPUTE_DTYPE),
+            X.to(self._compute_dtype),
             output_indices=output_indices,
             observation_noise=observation_noise,
             posterior_transform=posterior_transform,
@@ -545,6 +584,29 @@ class NystromGP(
     # ----------------------------------------------------------------------------
     # Conditioning, fantasies and BKB updates
     # ----------------------------------------------------------------------------
+
+    def condition_on_observations(
+        self, X: Tensor, Y: Tensor, noise: Tensor | None = None, **kwargs: Any
+    ) -> NystromGP:
+        r"""A new model with ``(X, Y)`` appended (exact DTC update, same dictionary).
+
+        As ``SingleTaskGP``'s, with the inputs checked here, so that bad data fail
+        now with a message naming the problem rather than later in ``posterior``.
+
+        Args:
+            X: ``batch_shape x n' x d`` inputs (original space).
+            Y: ``(sample_shape x) batch_shape x n' x m`` targets in the original
+                outcome space (``fantasize`` adds leading sample dimensions).
+            noise: Observed noise variances of the shape of ``Y`` (required for a
+                fixed-noise model, ``>= 0``).
+
+        Returns:
+            The conditioned model (this one is not changed).
+        """
+        validate_new_observations(
+            X, Y, noise, d=self._original_train_inputs.shape[-1], m=self.num_outputs
+        )
+        return super().condition_on_observations(X, Y, noise=noise, **kwargs)
 
     def get_fantasy_model(
         self,
@@ -585,7 +647,11 @@ class NystromGP(
             if noise is None:
                 raise ValueError("A fixed-noise NystromGP needs `noise` for new data.")
             old_noise = self.likelihood.noise
-            noise = noise.to(old_noise)
+            # The floor gpytorch's FixedNoiseGaussianLikelihood applies to the
+            # training noise (e.g. observations reported without noise).
+            noise = noise.to(old_noise).clamp_min(
+                min_fixed_noise.value(old_noise.dtype)
+            )
             new.likelihood.noise = torch.cat(
                 [
                     old_noise.expand(*batch, old_noise.shape[-1]),
@@ -689,12 +755,12 @@ class NystromGP(
             Yvar: Observed noise variances for a fixed-noise model.
             generator: Optional generator (default: derived from ``seed``).
         """
-        _validate_training_data(X, Y, Yvar, name="new")
+        validate_training_data(X, Y, Yvar, name="new")
         old_rls = self.posterior_variance_at_train()
         new = self.condition_on_observations(
-            X.to(_COMPUTE_DTYPE),
-            Y.to(_COMPUTE_DTYPE),
-            noise=None if Yvar is None else Yvar.to(_COMPUTE_DTYPE),
+            X.to(self._compute_dtype),
+            Y.to(self._compute_dtype),
+            noise=None if Yvar is None else Yvar.to(self._compute_dtype),
         )
         n_old = old_rls.shape[-1]
         with torch.no_grad():
@@ -805,7 +871,7 @@ class NystromGP(
         """
         if len(self._input_batch_shape) > 0:
             raise UnsupportedError("sample_latent supports unbatched models only.")
-        _check_finite(X, "X")
+        check_finite(X, "X")
         if X.dim() != 2 or X.shape[-1] != self._original_train_inputs.shape[-1]:
             raise ValueError(
                 f"X must be A x d with d = {self._original_train_inputs.shape[-1]}, "
@@ -825,11 +891,11 @@ class NystromGP(
             *factor.chol.shape[:-2],
             r,
             generator=generator,
-            dtype=_COMPUTE_DTYPE,
+            dtype=self._compute_dtype,
         ).to(factor.chol.device)
         chunks = []
         with torch.no_grad():
-            Xt = self.transform_inputs(X.to(_COMPUTE_DTYPE))
+            Xt = self.transform_inputs(X.to(self._compute_dtype))
             for start in range(0, Xt.shape[0], chunk_size):
                 Xc = Xt[start : start + chunk_size]
                 if m > 1:
@@ -839,7 +905,10 @@ class NystromGP(
                 mean = self.mean_module(Xc) + (Wc * factor.coef.unsqueeze(-1)).sum(-2)
                 resid = linalg.embedding_residual(self.covar_module(Xc, diag=True), Zc)
                 xi = torch.randn(
-                    num_samples, *resid.shape, generator=generator, dtype=_COMPUTE_DTYPE
+                    num_samples,
+                    *resid.shape,
+                    generator=generator,
+                    dtype=self._compute_dtype,
                 ).to(resid.device)
                 f = mean + (Wc.unsqueeze(0) * eps.unsqueeze(-1)).sum(-2)
                 f = f + resid.sqrt() * xi
@@ -857,65 +926,63 @@ class NystromGP(
         keep_transforms: bool = True,
         assign: bool = False,
     ) -> Any:
-        r"""Load hyperparameters; training data and dictionary are not in the state.
+        r"""Load hyperparameters and the dictionary; the training data stay.
 
         Plain ``torch.nn.Module`` semantics: the data are stored (transformed) in
-        non-persistent buffers, so nothing needs re-transforming.
+        non-persistent buffers, so nothing needs re-transforming. The dictionary
+        travels as extra state (:meth:`get_extra_state`), so a model built on the
+        same data predicts exactly like the one the state came from. A state
+        without it (e.g. saved by an older version) keeps the current dictionary.
         """
         self._cache = None
+        state_dict = with_extra_state(self, state_dict)
         return torch.nn.Module.load_state_dict(
             self, state_dict, strict=strict, assign=assign
         )
+
+    def get_extra_state(self) -> Tensor:
+        r"""The dictionary, as its transformed training inputs.
+
+        ``batch_shape x (m) x |S| x d``, stored by ``state_dict()`` under
+        ``"_extra_state"``. A tensor (not indices into data the state dict does
+        not hold), so that BoTorch's fit checkpoints handle it like any buffer.
+        """
+        return self.inducing_points.detach().clone()
+
+    def set_extra_state(self, state: Tensor) -> None:
+        r"""Restore the dictionary saved by :meth:`get_extra_state`.
+
+        The saved inputs are located among this model's training inputs (exact
+        row match), so the state also loads into a model whose data were
+        reordered, extended or subsampled (Ax's cross-validation does this).
+        Dictionary points that are not training inputs of this model are dropped
+        (with a logged warning); if none is, the current dictionary is kept.
+        """
+        if not torch.is_tensor(state) or state.shape[-1] != self._train_X.shape[-1]:
+            raise ValueError(
+                "NystromGP's extra state must be a tensor of dictionary inputs with "
+                f"d = {self._train_X.shape[-1]} columns."
+            )
+        state = state.to(self._train_X)
+        if torch.equal(self.inducing_points, state):
+            return
+        found = _locate_rows(_rows(self._train_X), _rows(state))
+        num_saved = state.shape[-2]
+        if found.numel() < num_saved:
+            logger.warning(
+                "Loaded dictionary: %d of %d points are not training inputs of this "
+                "model and were dropped.",
+                num_saved - found.numel(),
+                num_saved,
+            )
+        if found.numel() > 0:
+            self.dictionary_indices = torch.unique(found)
+            self._cache = None
 
 
 # ---------------------------------------------------------------------------------
 # Validation helpers
 # ---------------------------------------------------------------------------------
-
-
-def _check_finite(T: Tensor, name: str) -> None:
-    if not torch.is_tensor(T):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(T).__name__}.")
-    if not T.is_floating_point():
-        raise ValueError(f"{name} must be a floating-point tensor, got {T.dtype}.")
-    if torch.isnan(T).any():
-        raise ValueError(f"{name} contains NaN.")
-    if torch.isinf(T).any():
-        raise ValueError(f"{name} contains Inf.")
-
-
-def _validate_training_data(
-    X: Tensor, Y: Tensor, Yvar: Tensor | None, name: str = "train"
-) -> None:
-    r"""Raise ``ValueError`` naming the problem (shape, NaN/Inf, dtype, emptiness)."""
-    _check_finite(X, f"{name}_X")
-    _check_finite(Y, f"{name}_Y")
-    if X.dim() < 2:
-        raise ValueError(f"{name}_X must be batch_shape x n x d, got {tuple(X.shape)}.")
-    if Y.dim() != X.dim():
-        raise ValueError(
-            f"{name}_Y must be batch_shape x n x m with the same number of dimensions "
-            f"as {name}_X; got {name}_X {tuple(X.shape)} and {name}_Y {tuple(Y.shape)}."
-        )
-    if X.shape[-2] == 0 or X.shape[-1] == 0 or Y.shape[-1] == 0:
-        raise ValueError(
-            f"empty data: {name}_X {tuple(X.shape)}, {name}_Y {tuple(Y.shape)}."
-        )
-    if Y.shape[-2] != X.shape[-2]:
-        raise ValueError(
-            f"{name}_X has {X.shape[-2]} points but {name}_Y has {Y.shape[-2]}."
-        )
-    if X.dtype != Y.dtype:
-        raise ValueError(f"{name}_X is {X.dtype} but {name}_Y is {Y.dtype}.")
-    if Yvar is not None:
-        _check_finite(Yvar, f"{name}_Yvar")
-        if Yvar.shape != Y.shape:
-            raise ValueError(
-                f"{name}_Yvar must have the shape of {name}_Y {tuple(Y.shape)}, "
-                f"got {tuple(Yvar.shape)}."
-            )
-        if (Yvar <= 0).any():
-            raise ValueError(f"{name}_Yvar must be strictly positive.")
 
 
 def _optional_positive_int(value: int | None, name: str) -> int | None:
@@ -932,3 +999,24 @@ def _validate_indices(indices: Tensor, n: int) -> Tensor:
     if indices.min() < 0 or indices.max() >= n:
         raise ValueError(f"dictionary indices must lie in [0, {n}).")
     return torch.unique(indices.long())
+
+
+def _rows(X: Tensor) -> Tensor:
+    r"""``n x (b d)`` rows of ``batch x n x d`` inputs (batch members side by side)."""
+    return X.movedim(-2, 0).reshape(X.shape[-2], -1)
+
+
+def _locate_rows(rows: Tensor, queries: Tensor) -> Tensor:
+    r"""Indices into ``rows`` of the ``queries`` rows that occur in it (exactly).
+
+    ``O((n + k) log(n + k))`` through one ``torch.unique`` over both sets.
+    """
+    if queries.shape[-1] != rows.shape[-1]:
+        return torch.zeros(0, dtype=torch.long, device=rows.device)
+    _, inverse = torch.unique(torch.cat([rows, queries]), dim=0, return_inverse=True)
+    n = rows.shape[0]
+    first = torch.full(
+        (int(inverse.max()) + 1,), n, dtype=torch.long, device=rows.device
+    ).scatter_reduce(0, inverse[:n], torch.arange(n, device=rows.device), reduce="amin")
+    hits = first[inverse[n:]]
+    return hits[hits < n]

@@ -8,15 +8,10 @@ from copy import deepcopy
 import pytest
 import torch
 from botorch.acquisition import (
-    LogExpectedImprovement,
     UpperConfidenceBound,
-    qLogNoisyExpectedImprovement,
-    qUpperConfidenceBound,
 )
 from botorch.exceptions.errors import UnsupportedError
-from botorch.models.transforms import Normalize, Standardize
-from botorch.optim import optimize_acqf
-from botorch.sampling import SobolQMCNormalSampler
+from botorch.models.transforms import Standardize
 from torch import nn
 
 from botorch_sketch.goucb.confidence import OFULBeta, ellipsoid_argmax
@@ -139,48 +134,6 @@ def test_standardize_and_observation_noise():
         tensor_noise.covariance_matrix,
         s**2 * (0.3 * cov0 + 0.2 * torch.eye(2, dtype=DT)),
     )
-
-
-def test_input_transform_equals_manual_normalization():
-    X, Y = make_data()
-    bounds = torch.tensor([[-2.0] * D, [3.0] * D], dtype=DT)
-    Xraw = bounds[0] + (bounds[1] - bounds[0]) * X
-    model = make_model(Xraw, Y, input_transform=Normalize(D, bounds=bounds))
-    ref = make_model(X, Y)
-    Xt = torch.rand(3, 1, D, dtype=DT)
-    Xt_raw = bounds[0] + (bounds[1] - bounds[0]) * Xt
-    torch.testing.assert_close(model.posterior(Xt_raw).mean, ref.posterior(Xt).mean)
-    torch.testing.assert_close(
-        model.posterior(Xt_raw).variance, ref.posterior(Xt).variance
-    )
-
-
-def test_acquisition_functions_and_optimize_acqf():
-    X, Y = make_data()
-    model = make_model(X, Y)
-    bounds = torch.tensor([[0.0] * D, [1.0] * D], dtype=DT)
-    sampler = SobolQMCNormalSampler(torch.Size([32]), seed=0)
-    acqfs = [
-        (UpperConfidenceBound(model, beta=model.beta_t()), 1),
-        (LogExpectedImprovement(model, best_f=Y.max()), 1),
-        (qUpperConfidenceBound(model, beta=4.0, sampler=sampler), 2),
-        (qLogNoisyExpectedImprovement(model, X_baseline=X, sampler=sampler), 2),
-    ]
-    for acqf, q in acqfs:
-        x, v = optimize_acqf(
-            acqf,
-            bounds,
-            q=q,
-            num_restarts=2,
-            raw_samples=16,
-            options={"seed": 0, "maxiter": 20},
-        )
-        assert x.shape == (q, D)
-        assert bool(((x >= 0) & (x <= 1)).all()) and bool(torch.isfinite(v))
-    # gradients reach X through the torch.func Jacobian
-    x = torch.rand(3, 1, D, dtype=DT, requires_grad=True)
-    UpperConfidenceBound(model, beta=4.0)(x).sum().backward()
-    assert x.grad is not None and float(x.grad.abs().sum()) > 0
 
 
 def test_seeded_fits_reproduce():

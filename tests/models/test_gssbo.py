@@ -5,11 +5,6 @@ from __future__ import annotations
 from copy import deepcopy
 
 import torch
-from botorch.acquisition import (
-    LogExpectedImprovement,
-    UpperConfidenceBound,
-    qLogNoisyExpectedImprovement,
-)
 from botorch.exceptions.errors import UnsupportedError
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
@@ -17,8 +12,6 @@ from botorch.models.transforms import Normalize, Standardize
 from botorch.models.utils.gpytorch_modules import (
     get_covar_module_with_dim_scaled_prior,
 )
-from botorch.optim import optimize_acqf
-from botorch.sampling import SobolQMCNormalSampler
 from botorch.utils.datasets import SupervisedDataset
 from botorch.utils.testing import BotorchTestCase
 from gpytorch.kernels import MaternKernel
@@ -178,33 +171,6 @@ class TestSubset(BotorchTestCase):
 
 
 class TestBoTorchContract(BotorchTestCase):
-    def test_acquisition_functions_with_transforms(self):
-        X, Y = make_data(n=40)
-        model = fit(
-            GradientSubsetGP(X, Y, subset_size=15, n_initial=4, seed=0, **transforms())
-        )
-        bounds = torch.tensor([[-1.0] * 3, [3.0] * 3], dtype=DT)
-        sampler = SobolQMCNormalSampler(torch.Size([32]), seed=0)
-        acqfs = [
-            UpperConfidenceBound(model, beta=2.0),
-            LogExpectedImprovement(model, best_f=Y.max()),
-            qLogNoisyExpectedImprovement(model, X_baseline=X, sampler=sampler),
-        ]
-        for acqf in acqfs:
-            x, value = optimize_acqf(
-                acqf,
-                bounds,
-                q=1,
-                num_restarts=2,
-                raw_samples=16,
-                options={"maxiter": 5},
-            )
-            self.assertEqual(x.shape, (1, 3))
-            self.assertTrue(torch.isfinite(value).all())
-            self.assertTrue(((x >= -1) & (x <= 3)).all())
-        post = model.posterior(torch.rand(2, 4, 3, dtype=DT))
-        self.assertEqual(post.mean.shape, (2, 4, 1))
-
     def test_fantasize_extends_the_subset(self):
         X, Y = make_data(n=30)
         model = fit(GradientSubsetGP(X, Y, subset_size=12, n_initial=3, seed=0))

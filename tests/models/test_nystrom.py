@@ -6,18 +6,9 @@ import warnings
 from copy import deepcopy
 
 import torch
-from botorch.acquisition import (
-    LogExpectedImprovement,
-    UpperConfidenceBound,
-    qKnowledgeGradient,
-    qLogNoisyExpectedImprovement,
-    qUpperConfidenceBound,
-)
 from botorch.fit import fit_gpytorch_mll
-from botorch.generation.sampling import MaxPosteriorSampling
 from botorch.models import SingleTaskGP
 from botorch.models.transforms import Normalize, Standardize
-from botorch.optim import optimize_acqf
 from botorch.sampling import SobolQMCNormalSampler
 from botorch.utils.testing import BotorchTestCase
 from gpytorch.kernels import InducingPointKernel
@@ -65,6 +56,28 @@ class TestNystromGPExactness(BotorchTestCase):
                     atol=1e-8,
                     rtol=0,
                 )
+
+    def test_full_dictionary_loss_is_exact_mll_per_output(self):
+        # With every point in the dictionary the DTC marginal likelihood is the
+        # exact GP's; the loss BoTorch's batched fit sees has one value per
+        # output / batch member (issue 13, item 1).
+        for m, batch in [(1, ()), (2, ()), (1, (3,)), (2, (2,))]:
+            X, Y = make_data(m=m, batch=batch)
+            model = NystromGP(X, Y, dictionary="all", objective="dtc")
+            with torch.no_grad():
+                model.covar_module.lengthscale = 0.3 + torch.rand_like(
+                    model.covar_module.lengthscale
+                )
+            exact = exact_twin(model, X, Y).train()
+            mll = ExactMarginalLogLikelihood(exact.likelihood, exact)
+            expected = -mll(exact(*exact.train_inputs), exact.train_targets)
+            model.train()
+            loss = model.compute_custom_loss(
+                ExactMarginalLogLikelihood(model.likelihood, model)
+            )
+            self.assertEqual(loss.shape, model._aug_batch_shape)
+            # Up to the 1e-8 relative jitter of linalg.cholesky_features.
+            self.assertAllClose(loss, expected, atol=1e-6, rtol=1e-5)
 
     def test_full_dictionary_with_transforms_and_fixed_noise(self):
         X, Y = make_data(n=30, d=3)
@@ -177,44 +190,6 @@ class TestNystromGPContract(BotorchTestCase):
         self.assertFalse(
             torch.allclose(fant.posterior(Xt).mean[0], fant.posterior(Xt).mean[1])
         )
-
-    def test_acquisition_functions_run(self):
-        X, Y = make_data(n=40)
-        model = NystromGP(X, Y, seed=0)
-        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
-        bounds = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=DT)
-        Xpend = torch.rand(2, 2, dtype=DT)
-        acqfs = [
-            UpperConfidenceBound(model, beta=2.0),
-            LogExpectedImprovement(model, best_f=Y.max()),
-            qUpperConfidenceBound(model, beta=2.0, X_pending=Xpend),
-            qLogNoisyExpectedImprovement(model, X_baseline=X, X_pending=Xpend),
-        ]
-        for acqf in acqfs:
-            q = 1 if acqf.__class__.__name__[0] != "q" else 2
-            cand, val = optimize_acqf(
-                acqf, bounds=bounds, q=q, num_restarts=2, raw_samples=16
-            )
-            self.assertEqual(cand.shape, torch.Size([q, 2]))
-            self.assertTrue(torch.isfinite(val).all())
-        qkg = qKnowledgeGradient(model, num_fantasies=4)
-        val = qkg(torch.rand(3, 1 + 4, 2, dtype=DT))
-        self.assertEqual(val.shape, torch.Size([3]))
-        self.assertTrue(torch.isfinite(val).all())
-        mps = MaxPosteriorSampling(model, replacement=False)
-        self.assertEqual(mps(torch.rand(50, 2, dtype=DT), num_samples=3).shape, (3, 2))
-
-    def test_stock_loop(self):
-        X, Y = make_data(n=20)
-        bounds = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=DT)
-        for _ in range(2):
-            model = NystromGP(X, Y, seed=0)
-            fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
-            acqf = qLogNoisyExpectedImprovement(model, X_baseline=X)
-            cand, _ = optimize_acqf(acqf, bounds, q=2, num_restarts=2, raw_samples=16)
-            X = torch.cat([X, cand])
-            Y = torch.cat([Y, torch.sin(4 * cand).sum(-1, keepdim=True)])
-        self.assertEqual(X.shape, torch.Size([24, 2]))
 
 
 class TestNystromGPDictionary(BotorchTestCase):
@@ -371,7 +346,7 @@ class TestNystromGPInputs(BotorchTestCase):
             (dict(train_X=X, train_Y=Y, objective="fitc"), "objective"),
             (dict(train_X=X, train_Y=Y, dictionary="some"), "dictionary"),
             (dict(train_X=X, train_Y=Y, dictionary=torch.tensor([99])), "indices"),
-            (dict(train_X=X, train_Y=Y, train_Yvar=-torch.ones_like(Y)), "positive"),
+            (dict(train_X=X, train_Y=Y, train_Yvar=-torch.ones_like(Y)), "negative"),
             (dict(train_X=X, train_Y=Y, fit_subset_size=0), "fit_subset_size"),
             (dict(train_X=X, train_Y=Y, max_dictionary_size=0), "max_dictionary"),
         ]
@@ -390,9 +365,42 @@ class TestNystromGPInputs(BotorchTestCase):
         state = (model.dictionary_indices.clone(), model._num_draws)
         with self.assertRaisesRegex(ValueError, "NaN"):
             model.condition_and_resample(X[:2], torch.full((2, 1), float("nan")))
+        with self.assertRaisesRegex(ValueError, "1 output"):
+            model.condition_and_resample(X[:2], torch.zeros(2, 2, dtype=DT))
         self.assertTrue(torch.equal(model.dictionary_indices, state[0]))
         self.assertEqual(model._num_draws, state[1])
         self.assertEqual(model.train_inputs[0].shape[-2], 40)
+
+    def test_to_after_posterior_rebuilds_caches(self):
+        model = NystromGP(*make_data(), seed=0).eval()
+        Xt = torch.rand(4, 2, dtype=DT)
+        ref = model.posterior(Xt).mean
+        post = model.to(torch.float32).posterior(Xt.float())
+        self.assertEqual(post.mean.dtype, torch.float32)
+        self.assertAllClose(post.mean, ref.float(), atol=1e-3, rtol=1e-3)
+        self.assertAllClose(
+            model.to(torch.float64).posterior(Xt).mean, ref, atol=1e-3, rtol=0
+        )
+
+    def test_state_dict_loads_into_reordered_and_subsampled_data(self):
+        X, Y = make_data(n=30)
+        model = NystromGP(X, Y, seed=0, max_dictionary_size=12)
+        state = model.state_dict()
+        perm = torch.randperm(30, generator=torch.Generator().manual_seed(1))
+        shuffled = NystromGP(X[perm], Y[perm], seed=3)
+        shuffled.load_state_dict(state)
+        self.assertTrue(
+            torch.equal(
+                torch.sort(perm[shuffled.dictionary_indices]).values,
+                model.dictionary_indices,
+            )
+        )
+        keep = torch.arange(0, 30, 2)  # Ax's cross-validation drops points
+        sub = NystromGP(X[keep], Y[keep], seed=3)
+        with self.assertLogs("botorch_sketch.models.nystrom", "WARNING"):
+            sub.load_state_dict(state)
+        expected = [i // 2 for i in model.dictionary_indices.tolist() if i % 2 == 0]
+        self.assertEqual(sub.dictionary_indices.tolist(), expected)
 
     def test_float32_is_computed_in_float64(self):
         X, Y = make_data()
