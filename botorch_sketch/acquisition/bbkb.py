@@ -170,7 +170,7 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
         super().__init__(model=model, posterior_transform=posterior_transform)
         _validate_model(model)
         self._sign, self._offset = _validate_posterior_transform(posterior_transform)
-        alpha_t = torch.as_tensor(alpha, dtype=torch.float64)
+        alpha_t = torch.as_tensor(alpha, dtype=model._compute_dtype)
         if alpha_t.numel() != 1 or not bool(torch.isfinite(alpha_t)) or alpha_t < 0:
             raise ValueError(
                 f"alpha must be a finite non-negative scalar, got {alpha!r}."
@@ -249,7 +249,7 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
             X: A ``batch_shape x 1 x d`` tensor of points (t-batches of ``q = 1``).
 
         Returns:
-            A ``batch_shape`` tensor of UCB values (float64).
+            A ``batch_shape`` tensor of UCB values (in the model's dtype).
         """
         mean, rls_var = self._mean_and_rls_variance(X)
         mean = self._sign * mean + self._offset
@@ -324,7 +324,7 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
 
     def _features(self, X: Tensor) -> _Features:
         cache = self._cache()
-        Xt = self.model.transform_inputs(X.to(torch.float64))
+        Xt = self.model.transform_inputs(X.to(self.model._compute_dtype))
         K_XS = self.model.covar_module(Xt, cache.S).to_dense()
         F = K_XS @ cache.basis
         r = cache.coef.shape[-1]
@@ -369,7 +369,7 @@ def _build_cache(
         else:
             L_t, rows = old.chol, new_rows
         if rows is not None and rows.shape[0] > 0:
-            Xp = model.transform_inputs(rows.to(torch.float64))
+            Xp = model.transform_inputs(rows.to(model._compute_dtype))
             Zp = model.covar_module(Xp, S).to_dense() @ W
             L_t = pending_cholesky(L_t, Zp / lam.sqrt())
         M = torch.linalg.solve_triangular(factor.chol, W.mT, upper=False).mT
@@ -433,11 +433,11 @@ def _validate_posterior_transform(
 
 def _noise_level(model: NystromGP) -> Tensor:
     r"""``lam`` in model units: the homoscedastic noise (mean training noise for a
-    fixed-noise likelihood), a float64 scalar."""
+    fixed-noise likelihood), a scalar in the model's dtype."""
     noise = model.likelihood.noise.detach()
     if isinstance(model.likelihood, FixedNoiseGaussianLikelihood):
-        return noise.mean().to(torch.float64)
-    return noise.reshape(-1)[0].to(torch.float64)
+        return noise.mean()
+    return noise.reshape(-1)[0]
 
 
 def _outcome_noise(model: NystromGP, lam: Tensor) -> Tensor:

@@ -136,6 +136,7 @@ def optimize_acqf_adaptive_batch(
         )
     if seed is None:
         seed = int(torch.randint(2**31 - 1, (1,)))
+    dtype = model._compute_dtype
     acqf = BatchUpperConfidenceBound(
         model, alpha, posterior_transform, maximize, X_pending=X_pending
     )
@@ -144,10 +145,10 @@ def optimize_acqf_adaptive_batch(
     )
     is_local = isinstance(rule, GlobalLocalRule)
     if choices is not None:
-        choices = choices.to(torch.float64)
+        choices = choices.to(dtype)
         state = _RuleState(start, reference=choices, num_slots=0)
     else:
-        bounds = bounds.to(torch.float64)
+        bounds = bounds.to(dtype)
         reference = None
         if is_local:
             reference = draw_sobol_samples(
@@ -155,7 +156,7 @@ def optimize_acqf_adaptive_batch(
             ).squeeze(-2)
         state = _RuleState(start, reference=reference, num_slots=max_batch_size)
     rule.start(state)
-    base = None if X_pending is None else X_pending.to(torch.float64)
+    base = None if X_pending is None else X_pending.to(dtype)
     points: list[Tensor] = []
     values: list[Tensor] = []
     taken = torch.zeros(0 if choices is None else choices.shape[0], dtype=torch.bool)
@@ -237,9 +238,9 @@ class _RuleState:
             s2_ref = (
                 start.rls_variance(reference)
                 if reference is not None
-                else torch.zeros(0, dtype=torch.float64)
+                else start.alpha.new_zeros(0)
             )
-        slots = torch.full((num_slots,), math.inf, dtype=torch.float64)
+        slots = start.alpha.new_full((num_slots,), math.inf)
         self.s2_0 = torch.cat([s2_ref.reshape(-1), slots])
         self._points: dict[int, Tensor] = {}
 

@@ -218,3 +218,22 @@ def test_bad_options_raise(model, choices):
         optimize_acqf_adaptive_batch(
             model, BOUNDS, GlobalRule(2.0), max_batch_size=3, C=3.0, **kw
         )
+
+
+def test_float32_model_gives_the_float64_batch(model, choices):
+    """A model moved to float32 computes (and returns) in float32, same choices."""
+    kwargs = dict(
+        bounds=None,
+        rule="global",
+        C=3.0,
+        alpha=0.5,
+        max_batch_size=6,
+        allow_repeats=False,
+        seed=0,
+    )
+    ref, ref_values = optimize_acqf_adaptive_batch(model, choices=choices, **kwargs)
+    m32 = deepcopy(model).to(torch.float32)
+    got, values = optimize_acqf_adaptive_batch(m32, choices=choices.float(), **kwargs)
+    assert got.dtype == values.dtype == torch.float32
+    assert torch.equal(got, ref.float())
+    torch.testing.assert_close(values, ref_values.float(), atol=1e-3, rtol=1e-3)
