@@ -1,4 +1,4 @@
-r"""``NystromGP``: a DTC/Nyström sparse GP with a ridge-leverage-score dictionary.
+r"""``NystromGP``: a DTC/Nyström sparse GP with a budgeted leverage-score dictionary.
 
 This is the surrogate of BKB (Calandriello, Carratino, Lazaric, Valko & Rosasco,
 "Gaussian process optimization with adaptive sketching: scalable and no regret",
@@ -18,11 +18,25 @@ training point in ``S`` it equals the exact GP.
 
 Dictionary: points are kept with probability ``min(1, q_bar sigma~^2(x_i))`` where
 ``sigma~^2 = var / noise`` is the posterior variance in "RLS units" (a ridge leverage
-score, BKB Sec. 3.1). The initial dictionary comes from BLESS
-(:func:`~botorch_sketch.linalg.bless_dictionary`, ``O(n m^2)``).
+score, BKB Sec. 3.1). It is drawn at the fitted hyperparameters by BLESS
+(:func:`~botorch_sketch.linalg.bless`, ``O(n m^2)``) or, from a previous model's
+state, by BKB's resampling.
 
-Cost: ``O(n m^2 + m^3)`` for the fit objective and the posterior caches, ``O(n m)``
-memory, ``O(q m + q^2)`` per test point batch after caching.
+Budget: ``max_dictionary_size`` (``m_max``) bounds every ``O(n m^2)`` and
+``O(m^3)`` step. The number of points a leverage-score dictionary needs is about
+``q_bar d_eff``, which approaches ``n`` for low noise or short lengthscales; when
+it would exceed the budget, the dictionary is drawn from the leverage scores of the
+larger ridge where ``q_bar d_eff`` meets the budget (the best dictionary of that
+size), :attr:`NystromGP.sketch_ridge` reports that ridge and a warning is logged.
+The regime guard: small data sets (``n <= exact_max_n``), and data sets whose
+leverage-score dictionary would keep at least half of the points within the
+budget, use every point: the exact GP, which then costs about as much and is
+exact.
+
+Cost: ``O(n m^2 + m^3)`` for the posterior caches, ``O(n m)`` memory, ``O(q m + q^2)``
+per batch of ``q`` test points after caching; marginal variances of ``q`` points
+(``posterior(X).variance``) cost ``O(q m r)``, no ``q x q`` matrix is formed.
+Fitting: :mod:`botorch_sketch.models.nystrom_fit`.
 """
 
 from __future__ import annotations
@@ -35,7 +49,6 @@ from typing import Any
 import torch
 from botorch.acquisition.objective import PosteriorTransform
 from botorch.exceptions.errors import UnsupportedError
-from botorch.fit import _fit_fallback
 from botorch.models.gpytorch import BatchedMultiOutputGPyTorchModel
 from botorch.models.model import FantasizeMixin
 from botorch.models.transforms.input import InputTransform
@@ -54,12 +67,22 @@ from gpytorch.mlls import MarginalLogLikelihood
 from gpytorch.models import GP
 from gpytorch.module import Module
 from gpytorch.settings import min_fixed_noise
-from linear_operator.operators import DenseLinearOperator
+from linear_operator.operators import (
+    DenseLinearOperator,
+    LowRankRootLinearOperator,
+    MatmulLinearOperator,
+    SumLinearOperator,
+)
 from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
 from botorch_sketch import linalg
-from botorch_sketch.models.extra_state import EXTRA_STATE_KEY, with_extra_state
+from botorch_sketch.models.extra_state import with_extra_state
+from botorch_sketch.models.nystrom_fit import (
+    SketchState,
+    fit_nystrom_gp,
+    hyperparameter_state,
+)
 from botorch_sketch.models.options import ModelOptionsMixin
 from botorch_sketch.models.validation import (
     check_finite,
@@ -73,6 +96,28 @@ logger = logging.getLogger(__name__)
 #: data buffers, which ``.to(dtype)`` changes like every other tensor of the model.
 _DEFAULT_DTYPE = torch.float64
 
+#: Default sketch budget ``m_max`` (issue 15, ``benchmarks/results/nystrom_budget.md``):
+#: on this project's 2-core machine an ``O(n m^2)`` pass at ``n = 10^5`` takes about
+#: 5 s and an ``m x m`` eigendecomposition 0.2 s at this size.
+DEFAULT_MAX_DICTIONARY_SIZE = 1000
+
+#: Default size of the subsample the hyperparameters are fitted on.
+DEFAULT_FIT_SUBSET_SIZE = 1000
+
+#: Up to this many training points the model is the exact GP (every point in the
+#: dictionary): below it the capped sketch saves little and loses accuracy.
+DEFAULT_EXACT_MAX_N = 500
+
+#: A drawn dictionary holding at least this fraction of the points (within the
+#: budget) is replaced by every point, the exact GP.
+EXACT_FRACTION = 0.5
+
+#: Objectives of the hyperparameter fit (:mod:`~botorch_sketch.models.nystrom_fit`).
+OBJECTIVES = ("exact", "vfe", "dtc")
+
+#: Joint posteriors of at least this many points keep a lazy low-rank covariance.
+LAZY_COVARIANCE_MIN_POINTS = 256
+
 
 class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
     r"""DTC/Nyström sparse GP whose dictionary is drawn by posterior-variance sampling.
@@ -84,23 +129,26 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     ``condition_on_observations`` and ``fantasize`` are exact DTC updates).
 
     Fitting: ``fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))``
-    works unchanged. The loss is Titsias' collapsed bound (``objective="vfe"``,
-    default) or the DTC marginal likelihood (``objective="dtc"``), both ``O(n m^2)``
-    time and ``O(n m)`` memory. The dictionary is held fixed inside one optimiser
-    run (inducing points are training points, not free parameters). Because the
-    leverage scores depend on the hyperparameters, the registered fit
-    (:meth:`custom_fit`) alternates: fit, redraw the dictionary by posterior-variance
-    sampling at the fitted hyperparameters, fit again (``dictionary_refits`` rounds).
-    We chose the VFE bound as default because the plain DTC likelihood rewards a
-    low-rank ``Q`` and tends to underestimate the noise when the dictionary is
-    small; the trace term penalises exactly the Nyström residual the DTC predictive
-    keeps.
+    works unchanged and runs :meth:`custom_fit`: hyperparameters by the exact
+    marginal likelihood of a seeded subsample of at most ``fit_subset_size`` points,
+    then the dictionary at the fitted hyperparameters, within the budget
+    (:mod:`~botorch_sketch.models.nystrom_fit`). In a loop, pass the previous
+    model's :meth:`sketch_state` as ``warm_start``: hyperparameters and dictionary
+    are then kept and updated (refits on a schedule, BKB's resampling), not
+    rebuilt.
+
+    Attributes:
+        sketch_ridge: The ridge whose leverage scores the dictionary samples (the
+            noise variance, or larger where the budget bound); ``None`` for an
+            exact (every point) or user-given dictionary.
+        dictionary_capped: Whether the budget bound at the last draw.
 
     Example:
         >>> model = NystromGP(train_X, train_Y, seed=0)
         >>> mll = ExactMarginalLogLikelihood(model.likelihood, model)
         >>> fit_gpytorch_mll(mll)
         >>> posterior = model.posterior(test_X)
+        >>> next_model = NystromGP(X_all, Y_all, warm_start=model.sketch_state())
     """
 
     def __init__(
@@ -116,19 +164,25 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         q_bar: float = 2.0,
         dictionary: Tensor | str | None = None,
         dictionary_refits: int = 1,
-        fit_subset_size: int | None = 3000,
-        objective: str = "vfe",
-        max_dictionary_size: int | None = None,
+        fit_subset_size: int | None = DEFAULT_FIT_SUBSET_SIZE,
+        objective: str = "exact",
+        max_dictionary_size: int | None = DEFAULT_MAX_DICTIONARY_SIZE,
         seed: int | None = None,
         memory_budget_gb: float | None = None,
+        exact_max_n: int = DEFAULT_EXACT_MAX_N,
+        warm_start: SketchState | dict[str, Any] | None = None,
+        refit_growth: float = 0.25,
+        refit_tolerance: float = 0.05,
+        refit_max_iterations: int = 50,
     ) -> None:
         r"""Build the model.
 
         Args:
             train_X: ``batch_shape x n x d`` training inputs.
             train_Y: ``batch_shape x n x m`` training targets.
-            train_Yvar: Optional ``batch_shape x n x m`` observed noise variances;
-                if given, a ``FixedNoiseGaussianLikelihood`` is used.
+            train_Yvar: Optional ``batch_shape x n x m`` observed noise variances
+                (``>= 0``; gpytorch floors them at ``1e-6`` in float64); if given,
+                a ``FixedNoiseGaussianLikelihood`` is used.
             likelihood: A Gaussian likelihood (default: as ``SingleTaskGP``).
             covar_module: Kernel (default: RBF with dimension-scaled priors).
             mean_module: Mean (default: ``ConstantMean``).
@@ -137,38 +191,57 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
                 (e.g. ``Normalize``).
             q_bar: Oversampling factor of the dictionary sampling (``> 0``); the
                 authors suggest 2 to 10.
-            dictionary: Initial dictionary: a ``LongTensor`` of training indices,
-                ``"all"`` (every point: the exact GP), or ``None`` (BLESS).
-            dictionary_refits: Dictionary redraws inside :meth:`custom_fit`.
-            fit_subset_size: Above this many points, :meth:`custom_fit` fits the
-                hyperparameters on a seeded uniform subsample (``None``: never).
-            objective: ``"vfe"`` (Titsias' bound) or ``"dtc"``.
-            max_dictionary_size: Optional cap on the dictionary. A larger draw is
-                replaced by a seeded uniform subsample of this size, trading the
-                leverage-score accuracy guarantee for a bounded ``O(n m^2)`` cost
-                (useful when ``d_eff`` approaches ``n``). ``None``: no cap. The cap
-                also acts inside every BLESS level
-                (:func:`~botorch_sketch.linalg.bless_dictionary`'s ``max_size``),
-                so the build never holds more than ``O(chunk x cap)`` kernel
-                entries.
-            memory_budget_gb: Optional memory budget of the ``n x m`` training
-                blocks (kernel block, embedding and their gradients, about four
-                ``n x m`` float64 arrays): the dictionary is capped at
-                ``budget / (32 n)`` points (and at ``max_dictionary_size``).
-                ``None``: no budget.
-            seed: Seed for every random choice (dictionary draws); draws are
-                numbered, so copies of the model stay reproducible.
+            dictionary: ``None`` (default: drawn when first needed, at the
+                hyperparameters of that moment, i.e. the fitted ones after
+                ``fit_gpytorch_mll``), ``"all"`` (every point: the exact GP) or a
+                ``LongTensor`` of training indices.
+            dictionary_refits: Dictionary redraws inside a VFE/DTC fit.
+            fit_subset_size: The hyperparameters are fitted on a seeded uniform
+                subsample of at most this many points (``None``: all).
+            objective: Hyperparameter objective: ``"exact"`` (the exact marginal
+                likelihood of the fit subsample), ``"vfe"`` (Titsias' bound of the
+                sketch) or ``"dtc"`` (the DTC likelihood).
+            max_dictionary_size: The sketch budget ``m_max`` (``None``: no budget;
+                module docstring).
+            seed: Seed for every random choice (dictionary draws, subsamples); draws
+                are numbered, so copies of the model stay reproducible.
+            memory_budget_gb: Optional memory budget of the ``n x m`` blocks (about
+                four ``n x m`` arrays): the dictionary is also capped at
+                ``budget / (4 n itemsize)`` points.
+            exact_max_n: Up to this many points every point is in the dictionary
+                (the exact GP; module docstring).
+            warm_start: A previous model's :meth:`sketch_state` (or its
+                ``to_dict()``): start from its hyperparameters and dictionary
+                (:mod:`~botorch_sketch.models.nystrom_fit`).
+            refit_growth: With ``warm_start``, refit the hyperparameters once the
+                data grew by this fraction since the last fit.
+            refit_tolerance: With ``warm_start``, refit when the per-point negative
+                log marginal likelihood rose by more than this many nats.
+            refit_max_iterations: L-BFGS-B iterations of a scheduled refit.
         """
         validate_training_data(train_X, train_Y, train_Yvar)
         if not (isinstance(q_bar, int | float) and q_bar > 0 and math.isfinite(q_bar)):
             raise ValueError(f"q_bar must be a positive finite number, got {q_bar!r}.")
-        if objective not in ("vfe", "dtc"):
-            raise ValueError(f"objective must be 'vfe' or 'dtc', got {objective!r}.")
+        if objective not in OBJECTIVES:
+            raise ValueError(
+                f"objective must be one of {OBJECTIVES}, got {objective!r}."
+            )
         if not (isinstance(dictionary_refits, int) and dictionary_refits >= 0):
             raise ValueError(
                 "dictionary_refits must be a non-negative int, got "
                 f"{dictionary_refits!r}."
             )
+        for name, value in (
+            ("refit_growth", refit_growth),
+            ("refit_tolerance", refit_tolerance),
+        ):
+            if not (
+                isinstance(value, int | float) and math.isfinite(value) and value >= 0
+            ):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}.")
+        _optional_positive_int(refit_max_iterations, "refit_max_iterations")
+        if not (isinstance(exact_max_n, int) and exact_max_n >= 0):
+            raise ValueError(f"exact_max_n must be an int >= 0, got {exact_max_n!r}.")
         if input_transform is not None and any(
             p.requires_grad for p in input_transform.parameters()
         ):
@@ -254,22 +327,32 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
                 f"memory_budget_gb must be a positive number, got {memory_budget_gb!r}."
             )
         self.memory_budget_gb = memory_budget_gb
-        self._num_draws = 0
+        self.exact_max_n = exact_max_n
+        self.warm_start = (
+            None if warm_start is None else SketchState.from_dict(warm_start)
+        )
+        self.refit_growth = float(refit_growth)
+        self.refit_tolerance = float(refit_tolerance)
+        self.refit_max_iterations = refit_max_iterations
+        self.sketch_ridge: float | None = None
+        self.dictionary_capped = False
+        self._fit_record: tuple[int, float] | None = None
+        self._num_draws = 0 if self.warm_start is None else self.warm_start.num_draws
         self._cache: dict[str, Any] | None = None
         self.to(dtype=_DEFAULT_DTYPE, device=train_X.device)
         n = self._train_X.shape[-2]
-        if dictionary is None:
-            with torch.no_grad():
-                idx = self._bless_indices()
-        elif isinstance(dictionary, str):
+        self._dictionary_spec = "auto"
+        idx = None
+        if isinstance(dictionary, str):
             if dictionary != "all":
                 raise ValueError(
                     f"dictionary must be 'all', None or indices, got {dictionary!r}."
                 )
-            idx = torch.arange(n, device=train_X.device)
-        else:
-            idx = _validate_indices(dictionary, n)
-        self.register_buffer("dictionary_indices", idx, persistent=False)
+            self._dictionary_spec = "all"
+        elif dictionary is not None:
+            idx = _validate_indices(dictionary, n).to(train_X.device)
+            self._dictionary_spec = "given"
+        self.register_buffer("_dictionary_indices", idx, persistent=False)
 
     # ----------------------------------------------------------------------------
     # Data accessors (transformed inputs, output-augmented batch layout)
@@ -303,6 +386,11 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         pass
 
     @property
+    def num_training_points(self) -> int:
+        r"""Number of training points ``n``."""
+        return self._train_X.shape[-2]
+
+    @property
     def _compute_dtype(self) -> torch.dtype:
         """The dtype the model computes in (that of its training data)."""
         return self._train_X.dtype
@@ -317,6 +405,19 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         return out
 
     @property
+    def dictionary_indices(self) -> Tensor:
+        r"""Sorted training indices of the dictionary ``S`` (drawn when first used)."""
+        if self._dictionary_indices is None:
+            with torch.no_grad():
+                self._dictionary_indices = self._initial_dictionary()
+        return self._dictionary_indices
+
+    @dictionary_indices.setter
+    def dictionary_indices(self, value: Tensor) -> None:
+        self._dictionary_indices = value
+        self._cache = None
+
+    @property
     def dictionary_size(self) -> int:
         r"""Number of training points in the dictionary (unique indices)."""
         return int(self.dictionary_indices.numel())
@@ -325,6 +426,11 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     def inducing_points(self) -> Tensor:
         r"""``batch_shape x (m) x |S| x d`` dictionary points (transformed space)."""
         return self._train_X[..., self.dictionary_indices, :]
+
+    @property
+    def uses_sketch(self) -> bool:
+        r"""Whether the hyperparameter objective is a sketch objective (VFE/DTC)."""
+        return self.objective != "exact"
 
     def train(self, mode: bool = True) -> NystromGP:
         r"""Set the training mode; caches are dropped when leaving or entering it."""
@@ -389,40 +495,68 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             }
         return self._cache
 
-    def compute_custom_loss(self, mll: MarginalLogLikelihood, **kwargs: Any) -> Tensor:
-        r"""Negative VFE bound (or DTC log likelihood) plus log priors, over ``n``.
+    # ----------------------------------------------------------------------------
+    # Fitting (the strategy lives in botorch_sketch.models.nystrom_fit)
+    # ----------------------------------------------------------------------------
 
-        Picked up by BoTorch's loss closure, so ``fit_gpytorch_mll`` optimises it.
-        Normalised like ``ExactMarginalLogLikelihood`` (divided by ``n``) and, like
-        it, one value per member of the output-augmented batch
+    def exact_loss(self) -> Tensor:
+        r"""Negative exact log marginal likelihood per point, ``batch_shape x (m)``.
+
+        ``O(n^3)``: meant for the fit subsample (at most ``fit_subset_size``
+        points). Priors are not included.
+        """
+        X = self._train_X
+        K = self.covar_module(X).to_dense()
+        r = self._train_Y - self.mean_module(X)
+        try:
+            ll = linalg.exact_log_marginal_likelihood(K, r, self._noise())
+        except torch.linalg.LinAlgError as err:
+            # A line-search step into a degenerate region: BoTorch's fit loop
+            # retries on NotPSDError.
+            raise NotPSDError(f"NystromGP loss: {err}") from err
+        return -ll / r.shape[-1]
+
+    def compute_custom_loss(self, mll: MarginalLogLikelihood, **kwargs: Any) -> Tensor:
+        r"""The hyperparameter objective, negated, plus log priors, over ``n``.
+
+        Picked up by BoTorch's loss closure, so ``fit_gpytorch_mll`` optimises it
+        (on the fit subsample, see :meth:`custom_fit`). ``objective="exact"``: the
+        exact marginal likelihood (:meth:`exact_loss`, ``O(n^3)``). ``"vfe"`` /
+        ``"dtc"``: Titsias' collapsed bound or the DTC likelihood of the sketch,
+        with the Cholesky form of the Nyström features (:func:`~botorch_sketch.
+        linalg.cholesky_features`, stable gradients), ``O(n m^2)`` time, ``O(n m)``
+        memory. Normalised like ``ExactMarginalLogLikelihood`` (divided by ``n``)
+        and, like it, one value per member of the output-augmented batch
         (``batch_shape x (m)``): BoTorch sums them for a joint fit, or fits each
-        member on its own (multi-output and batched models). Uses the Cholesky
-        form of the Nyström features (:func:`~botorch_sketch.linalg.
-        cholesky_features`), whose gradients are stable. ``O(n m^2)`` time,
-        ``O(n m)`` memory.
+        member on its own (multi-output and batched models).
 
         Returns:
             A ``batch_shape x (m)`` tensor (a scalar for an unbatched one-output
             model).
         """
-        X, S = self._train_X, self.inducing_points
-        r = self._train_Y - self.mean_module(X)
-        kdiag = self.covar_module(X, diag=True) if self.objective == "vfe" else None
-        try:
-            Z = linalg.cholesky_features(
-                self.covar_module(X, S).to_dense(), self.covar_module(S).to_dense()
-            )
-            ll = linalg.dtc_log_marginal_likelihood(Z, r, self._noise(), kdiag=kdiag)
-        except torch.linalg.LinAlgError as err:
-            # A line-search step into a degenerate region (e.g. NaN or extreme
-            # hyperparameters): BoTorch's fit loop retries on NotPSDError.
-            raise NotPSDError(f"NystromGP loss: {err}") from err
+        n = self._train_Y.shape[-1]
+        if self.objective == "exact":
+            loss = self.exact_loss()
+        else:
+            X, S = self._train_X, self.inducing_points
+            r = self._train_Y - self.mean_module(X)
+            kdiag = self.covar_module(X, diag=True) if self.objective == "vfe" else None
+            try:
+                Z = linalg.cholesky_features(
+                    self.covar_module(X, S).to_dense(), self.covar_module(S).to_dense()
+                )
+                ll = linalg.dtc_log_marginal_likelihood(
+                    Z, r, self._noise(), kdiag=kdiag
+                )
+            except torch.linalg.LinAlgError as err:
+                raise NotPSDError(f"NystromGP loss: {err}") from err
+            loss = -ll / n
         # Priors per batch member, reduced over their trailing (event) dimensions
         # as ``ExactMarginalLogLikelihood`` does.
         for _, module, prior, closure, _ in self.named_priors():
             term = prior.log_prob(closure(module))
-            ll = ll + term.reshape(*term.shape[: ll.dim()], -1).sum(-1)
-        return -ll / r.shape[-1]
+            loss = loss - term.reshape(*term.shape[: loss.dim()], -1).sum(-1) / n
+        return loss
 
     def custom_fit(
         self,
@@ -432,23 +566,14 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         optimizer_kwargs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> MarginalLogLikelihood:
-        r"""Fit hyperparameters and the dictionary together (``fit_gpytorch_mll``).
+        r"""Fit the hyperparameters, then draw the sketch (``fit_gpytorch_mll``).
 
-        1. If ``n > fit_subset_size``, the hyperparameters are fitted on a seeded
-           uniform subsample of ``fit_subset_size`` points (steps 2-3 on a copy),
-           because each objective evaluation costs ``O(n m^2)`` and an L-BFGS fit
-           needs 100+ of them; the full data enter through step 4.
-        2. BoTorch's standard fit (L-BFGS-B with retries) of
-           :meth:`compute_custom_loss`, dictionary fixed.
-        3. ``dictionary_refits`` times: rebuild the dictionary with BLESS at the
-           fitted hyperparameters, and fit again, warm-started. The leverage scores
-           depend on the lengthscales and the noise, so a dictionary drawn at the
-           initial hyperparameters can be far too small or too large.
-        4. Rebuild the dictionary on all ``n`` points with BLESS at the final
-           hyperparameters (``O(n m^2)`` per BLESS level).
-
-        Extra keyword arguments go to BoTorch's fit routine. On failure the
-        dictionary is left as it was before the call.
+        See :func:`~botorch_sketch.models.nystrom_fit.fit_nystrom_gp`: the
+        hyperparameters on a subsample of at most ``fit_subset_size`` points (or
+        warm-started and refitted on a schedule), then the dictionary on all
+        points at the fitted hyperparameters, within the budget. Extra keyword
+        arguments go to BoTorch's fit routine. On failure the model is left as it
+        was before the call.
         """
         fit_kwargs = dict(
             closure=closure,
@@ -456,61 +581,50 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             optimizer_kwargs=optimizer_kwargs,
             **kwargs,
         )
-        n = self._train_X.shape[-2]
-        old_dictionary = self.dictionary_indices
         try:
-            if self.fit_subset_size is not None and n > self.fit_subset_size:
-                generator = self._next_generator(None)
-                perm = torch.randperm(n, generator=generator)
-                sub = self._data_subset(
-                    perm[: self.fit_subset_size].to(self._train_X.device)
-                )
-                sub_mll = type(mll)(sub.likelihood, sub)
-                sub._fit_with_refits(sub_mll, fit_kwargs)
-                hyperparameters = sub.state_dict()
-                # The subsample's dictionary is not the full model's (step 4).
-                hyperparameters.pop(EXTRA_STATE_KEY)
-                self.load_state_dict(hyperparameters, strict=False)
-                self._num_draws = max(self._num_draws, sub._num_draws)
-                mll.eval()
-            else:
-                mll = self._fit_with_refits(mll, fit_kwargs)
-            if self.fit_subset_size is not None and n > self.fit_subset_size:
-                with torch.no_grad():
-                    self.dictionary_indices = self._bless_indices()
-        except Exception:
-            self.dictionary_indices = old_dictionary
-            raise
+            return fit_nystrom_gp(self, mll, fit_kwargs)
         finally:
             self._cache = None
-        return mll
 
-    def _fit_with_refits(
-        self, mll: MarginalLogLikelihood, fit_kwargs: dict[str, Any]
-    ) -> MarginalLogLikelihood:
-        for round_ in range(self.dictionary_refits + 1):
-            if round_ > 0:
-                with torch.no_grad():
-                    self.dictionary_indices = self._bless_indices()
-                self._cache = None
-            mll = _fit_fallback(mll=mll, **fit_kwargs)
-        return mll
+    def sketch_state(self) -> SketchState:
+        r"""What the next model of a loop needs to start from this one.
+
+        Pass it (or its ``to_dict()``, e.g. through Ax's generator state) as
+        ``warm_start`` of the next model.
+        """
+        num_fit_points, fit_loss = self._fit_record or (
+            self.num_training_points,
+            math.nan,
+        )
+        return SketchState(
+            hyperparameters=hyperparameter_state(self),
+            dictionary_inputs=self.inducing_points.detach().clone(),
+            num_fit_points=num_fit_points,
+            fit_loss=fit_loss,
+            num_draws=self._num_draws,
+            sketch_ridge=math.nan if self.sketch_ridge is None else self.sketch_ridge,
+        )
 
     def _data_subset(self, idx: Tensor) -> NystromGP:
-        """A copy restricted to training points ``idx`` (BLESS dictionary)."""
+        """A copy restricted to training points ``idx`` (dictionary drawn lazily)."""
         sub = deepcopy(self)
-        # The subset fit uses the full model's cap, so the hyperparameters are
-        # fitted with a dictionary of the size the full model will use.
+        # The subset fit uses the full model's budget, so a sketch objective sees
+        # a dictionary of the size the full model will use.
         sub.max_dictionary_size = self._dictionary_cap()
         sub.memory_budget_gb = None
+        sub.warm_start = None
         sub._train_X = self._train_X[..., idx, :]
         sub._train_Y = self._train_Y[..., idx]
         if isinstance(self.likelihood, FixedNoiseGaussianLikelihood):
             sub.likelihood.noise = self.likelihood.noise[..., idx]
+        sub._dictionary_spec = "auto"
+        sub._dictionary_indices = None
         sub._cache = None
-        with torch.no_grad():
-            sub.dictionary_indices = sub._bless_indices()
         return sub
+
+    # ----------------------------------------------------------------------------
+    # Prior and posterior
+    # ----------------------------------------------------------------------------
 
     def __call__(self, X: Tensor, *args: Any, **kwargs: Any) -> MultivariateNormal:
         r"""Prior in training mode, DTC posterior of the latent function in eval mode.
@@ -527,18 +641,319 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         return MultivariateNormal(self.mean_module(X), self.covar_module(X))
 
     def _dtc_mvn(self, X: Tensor) -> MultivariateNormal:
+        r"""The DTC posterior at ``X``, ``cov = K_XX - Z Z^T + U U^T``.
+
+        For ``q >= LAZY_COVARIANCE_MIN_POINTS`` points the covariance stays a lazy
+        sum of the kernel and two low-rank terms, so marginal variances cost
+        ``O(q r)`` (Ax predicts thousands of points at once); below, it is dense
+        and factored lazily with gpytorch's jitter, as for ``SingleTaskGP`` (a
+        dense tensor would be Cholesky-factored without jitter by torch's
+        ``MultivariateNormal``, which fails for nearly repeated test points).
+        """
         cache = self._posterior_cache()
-        offset, cov = linalg.dtc_predict(
-            cache["predictor"],
-            self.covar_module(X, cache["S"]).to_dense(),
-            self.covar_module(X).to_dense(),
+        offset, Z, U = linalg.dtc_features(
+            cache["predictor"], self.covar_module(X, cache["S"]).to_dense()
         )
-        mean = (self.mean_module(X) + offset).expand(cov.shape[:-1])
-        # A dense tensor would be Cholesky-factored (without jitter) right here by
-        # torch's MultivariateNormal, which fails for (nearly) repeated test points;
-        # as an operator it is factored lazily with gpytorch's jitter, as for
-        # ``SingleTaskGP``.
-        return MultivariateNormal(mean, DenseLinearOperator(cov))
+        mean = self.mean_module(X) + offset
+        if X.shape[-2] >= LAZY_COVARIANCE_MIN_POINTS:
+            cov = SumLinearOperator(
+                self.covar_module(X),
+                MatmulLinearOperator(Z, -Z.mT),
+                LowRankRootLinearOperator(U),
+            )
+        else:
+            dense = self.covar_module(X).to_dense() - Z @ Z.mT + U @ U.mT
+            cov = DenseLinearOperator(0.5 * (dense + dense.mT))
+        return MultivariateNormal(mean.expand(cov.shape[:-1]), cov)
+
+    # ----------------------------------------------------------------------------
+    # Dictionary: exact, BLESS, BKB resampling, all within the budget
+    # ----------------------------------------------------------------------------
+
+    def _initial_dictionary(self) -> Tensor:
+        r"""The dictionary at the current hyperparameters (lazy draw, and after a fit).
+
+        Every point if ``n <= exact_max_n`` or ``dictionary="all"``; the given
+        indices; with a warm start, BKB's resampling of the previous dictionary
+        (located among the current training inputs); else BLESS. Within the budget;
+        every point again if the draw keeps at least ``EXACT_FRACTION`` of them.
+        """
+        n = self.num_training_points
+        if self._dictionary_spec == "given" and self._dictionary_indices is not None:
+            return self._dictionary_indices
+        cap = self._dictionary_cap()
+        if self._dictionary_spec == "all" or n <= min(
+            self.exact_max_n, n if cap is None else cap
+        ):
+            self.sketch_ridge, self.dictionary_capped = None, False
+            return torch.arange(n, device=self._train_X.device)
+        idx = None
+        if self.warm_start is not None:
+            previous = _locate_rows(
+                _rows(self._train_X),
+                _rows(self.warm_start.dictionary_inputs.to(self._train_X)),
+            )
+            if previous.numel() > 0:
+                self._dictionary_indices = torch.unique(previous)
+                self._cache = None
+                ridge = self._resampling_ridge(self.warm_start.sketch_ridge)
+                idx = self._draw_indices(
+                    self.leverage_scores(ridge), self._next_generator(None), ridge
+                )
+        if idx is None:
+            idx = self._bless_indices()
+        if (cap is None or n <= cap) and idx.numel() >= EXACT_FRACTION * n:
+            # The sketch would keep most points: every point costs about the same
+            # and is exact (the regime guard, module docstring).
+            self.sketch_ridge, self.dictionary_capped = None, False
+            return torch.arange(n, device=self._train_X.device)
+        return idx
+
+    def posterior_variance_at_train(self) -> Tensor:
+        r"""DTC variances at the training points in RLS units (``var / noise``).
+
+        These are the (approximate) ridge leverage scores ``sigma~_t^2(x_i)``; their
+        sum estimates the effective dimension ``d_eff`` (BKB Eq. 5).
+
+        Returns:
+            A ``batch_shape x (m) x n`` tensor.
+        """
+        return self.leverage_scores()
+
+    def leverage_scores(self, ridge: float | None = None) -> Tensor:
+        r"""Approximate ridge leverage scores of the training points at ``ridge``.
+
+        ``tau~_i = (k_ii - ||z_i||^2) / ridge + z_i^T (Z^T Z + ridge I)^{-1} z_i``:
+        the DTC posterior variance over ``ridge`` of a model whose noise is
+        ``ridge``, with the current dictionary (BKB Sec. 3.1). ``ridge = None`` uses
+        the model's noise (:meth:`posterior_variance_at_train`). When the budget
+        binds, the dictionary is resampled at its own, larger, ridge
+        (:attr:`sketch_ridge`): at the noise ridge every point outside the capped
+        span would score its whole Nyström residual over a tiny ridge and the
+        redraw would swap the dictionary for its complement.
+
+        Returns:
+            A ``batch_shape x (m) x n`` tensor. ``O(n m r)``.
+        """
+        with torch.no_grad():
+            return self._rls_at(self._train_X, ridge)
+
+    def _next_generator(
+        self, generator: torch.Generator | None
+    ) -> torch.Generator | None:
+        if generator is not None or self.seed is None:
+            return generator
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self._num_draws)
+        self._num_draws += 1
+        return g
+
+    def _resampling_ridge(self, ridge: float | None) -> float | None:
+        """The ridge of a redraw: the last draw's where the budget bound, else the
+        noise (``None``)."""
+        if ridge is None or not math.isfinite(ridge):
+            return None
+        return ridge if ridge > float(self.likelihood.noise.mean()) else None
+
+    def _draw_indices(
+        self,
+        rls: Tensor,
+        generator: torch.Generator | None,
+        ridge: float | None = None,
+    ) -> Tensor:
+        r"""BKB's posterior-variance sampling of the (deduplicated) training points.
+
+        A point seen ``c`` times (duplicated inputs) scores ``a = q_bar c sigma~^2``
+        (the union bound over its copies, as the BBKB authors' code does, see
+        :func:`~botorch_sketch.linalg.rls_inclusion_probabilities`), the largest
+        over batch members and outputs, and is kept with probability ``min(1, s
+        a)``: ``s = 1`` unless the expected size exceeds the budget, in which case
+        ``s < 1`` samples the leverage scores of the ridge ``ridge / s`` where the
+        budget binds (:func:`~botorch_sketch.linalg.budget_scale`); an unlucky
+        draw above the budget is trimmed from the lowest probabilities. Scores
+        taken at a budget ridge above the noise (``ridge``) may also be scaled up,
+        down to the noise ridge, when the budget has room.
+        """
+        n = self.num_training_points
+        scores = self.q_bar * rls.reshape(-1, n).clamp_min(0.0).amax(0)
+        uniq, inverse, counts = torch.unique(
+            _rows(self._train_X), dim=0, return_inverse=True, return_counts=True
+        )
+        first = torch.full((uniq.shape[0],), n, dtype=torch.long, device=rls.device)
+        first = first.scatter_reduce(
+            0, inverse, torch.arange(n, device=rls.device), reduce="amin"
+        )
+        # Duplicates score 0: the first occurrence represents them.
+        union = torch.zeros_like(scores)
+        union[first] = scores[first] * counts.to(scores)
+        cap = self._dictionary_cap()
+        noise = float(self.likelihood.noise.mean())
+        base = noise if ridge is None else ridge
+        # Scores at a budget ridge may be rescaled both ways, down to the noise.
+        scale = 1.0
+        if cap is not None:
+            scale = linalg.budget_scale(union, cap, max_scale=base / noise)
+        draw = linalg.sample_dictionary(
+            (scale * union).clamp_max(1.0), 1.0, generator=generator
+        )
+        if draw.fallback:
+            logger.warning("Dictionary draw was empty; kept the most uncertain point.")
+        idx = draw.selected.nonzero().squeeze(-1)
+        if cap is not None and idx.numel() > cap:
+            keep = torch.sort(-draw.probabilities[idx], stable=True).indices[:cap]
+            idx = torch.sort(idx[keep]).values
+        self._record_ridge(base / scale, base / scale > noise)
+        return idx
+
+    def _record_ridge(self, ridge: float, capped: bool) -> None:
+        self.sketch_ridge, self.dictionary_capped = ridge, capped
+        if capped:
+            logger.warning(
+                "NystromGP: the sketch budget max_dictionary_size=%s binds (n = %d); "
+                "the dictionary samples the leverage scores of the ridge %.3g instead "
+                "of the noise variance %.3g.",
+                self._dictionary_cap(),
+                self.num_training_points,
+                ridge,
+                float(self.likelihood.noise.mean()),
+            )
+
+    def resample_dictionary(self, generator: torch.Generator | None = None) -> Tensor:
+        r"""Redraw the dictionary from all training points, in place (BKB Alg. 1).
+
+        Each point is kept with probability ``min(1, q_bar sigma~^2(x_i))`` computed
+        with the current dictionary and hyperparameters, within the budget
+        (:meth:`_draw_indices`). The model is changed only after the draw
+        succeeded.
+
+        Args:
+            generator: Optional generator (default: derived from ``seed``).
+
+        Returns:
+            The new dictionary indices.
+        """
+        ridge = self._resampling_ridge(self.sketch_ridge)
+        rls = self.leverage_scores(ridge)
+        idx = self._draw_indices(rls, self._next_generator(generator), ridge)
+        self.dictionary_indices = idx
+        return idx
+
+    def condition_and_resample(
+        self,
+        X: Tensor,
+        Y: Tensor,
+        Yvar: Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> NystromGP:
+        r"""BKB's incremental update: add observations and redraw the dictionary.
+
+        Returns a new model with ``(X, Y)`` appended, whose dictionary is redrawn
+        from *all* points with the stale variances ``sigma~_t^2`` (old data, old
+        dictionary), as BKB does (COLT 2019, Sec. 3.1: reusing the variances already
+        computed for the acquisition), within the budget. No refit of the
+        hyperparameters.
+
+        Args:
+            X: ``n' x d`` (or ``batch_shape x n' x d``) new inputs.
+            Y: ``n' x m`` new targets in the original outcome space.
+            Yvar: Observed noise variances for a fixed-noise model.
+            generator: Optional generator (default: derived from ``seed``).
+        """
+        validate_training_data(X, Y, Yvar, name="new")
+        ridge = self._resampling_ridge(self.sketch_ridge)
+        old_rls = self.leverage_scores(ridge)
+        new = self.condition_on_observations(
+            X.to(self._compute_dtype),
+            Y.to(self._compute_dtype),
+            noise=None if Yvar is None else Yvar.to(self._compute_dtype),
+        )
+        n_old = old_rls.shape[-1]
+        with torch.no_grad():
+            # The new points are scored by the old model: no feedback yet.
+            added = self._rls_at(new._train_X[..., n_old:, :], ridge)
+        stale = torch.cat([old_rls.expand(*added.shape[:-1], n_old), added], dim=-1)
+        new.dictionary_indices = new._draw_indices(
+            stale, new._next_generator(generator), ridge
+        )
+        new._num_draws = max(new._num_draws, self._num_draws)
+        return new
+
+    def _rls_at(self, X: Tensor, ridge: float | None = None) -> Tensor:
+        """DTC variance over the ridge at transformed inputs (aug batch layout).
+
+        ``ridge = None``: the model's noise (a fixed-noise likelihood's training
+        noise at the training points, its mean elsewhere).
+        """
+        cache = self._posterior_cache()
+        S, W, factor = cache["S"], cache["W"], cache["factor"]
+        Z = self._embed(X, S, W)
+        if ridge is None:
+            noise = self.likelihood.noise
+            if isinstance(self.likelihood, FixedNoiseGaussianLikelihood):
+                same = X.shape == self._train_X.shape and torch.equal(X, self._train_X)
+                noise = noise if same else noise.mean(-1, keepdim=True)
+        else:
+            noise = torch.full_like(self._noise(), ridge)
+            Z_train = Z if X is self._train_X else self._embed(self._train_X, S, W)
+            factor = linalg.dtc_factor(Z_train, torch.zeros_like(noise), noise)
+            noise = noise[..., :1]
+        var = linalg.dtc_variance(factor, Z, self.covar_module(X, diag=True))
+        return linalg.rls_units(var, noise)
+
+    def _bless_indices(self) -> Tensor:
+        r"""BLESS at the current hyperparameters, within the budget.
+
+        The union of one draw per batch member / output, each with an equal share
+        of the budget (the members usually share most points).
+        """
+        X = self._train_X
+        n, d = X.shape[-2:]
+        flat_X = X.reshape(-1, n, d)
+        members = flat_X.shape[0]
+        noise = self.likelihood.noise.reshape(-1, self.likelihood.noise.shape[-1])
+        cap = self._dictionary_cap()
+        share = None if cap is None else max(1, cap // members)
+        selected = torch.zeros(n, dtype=torch.bool, device=X.device)
+        ridges, capped = [], False
+        for b in range(members):
+
+            def kernel(A: Tensor, B: Tensor, b: int = b) -> Tensor:
+                K = self.covar_module(A, B).to_dense()
+                return K.reshape(-1, *K.shape[-2:])[b % K[..., 0, 0].numel()]
+
+            def kernel_diag(A: Tensor, b: int = b) -> Tensor:
+                k = self.covar_module(A, diag=True)
+                return k.reshape(-1, k.shape[-1])[b % k[..., 0].numel()]
+
+            draw = linalg.bless(
+                flat_X[b],
+                kernel,
+                kernel_diag,
+                lam=float(noise[b % noise.shape[0]].mean()),
+                q_bar=self.q_bar,
+                generator=self._next_generator(None),
+                max_size=share,
+            )
+            selected[draw.indices] = True
+            ridges.append(draw.ridge)
+            capped = capped or draw.capped
+        self._record_ridge(max(ridges), capped)
+        return selected.nonzero().squeeze(-1)
+
+    def _dictionary_cap(self) -> int | None:
+        """``max_dictionary_size`` combined with the ``memory_budget_gb`` cap."""
+        cap = self.max_dictionary_size
+        budget = getattr(self, "memory_budget_gb", None)
+        if budget is not None:
+            itemsize = self._train_X.element_size()
+            by_memory = max(
+                1, int(budget * 2**30 / (4 * itemsize * self.num_training_points))
+            )
+            cap = by_memory if cap is None else min(cap, by_memory)
+        return cap
+
+    # ----------------------------------------------------------------------------
+    # Posterior
+    # ----------------------------------------------------------------------------
 
     def posterior(
         self,
@@ -582,7 +997,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         )
 
     # ----------------------------------------------------------------------------
-    # Conditioning, fantasies and BKB updates
+    # Conditioning and fantasies
     # ----------------------------------------------------------------------------
 
     def condition_on_observations(
@@ -622,6 +1037,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         Leading fantasy dimensions broadcast against the model's batch shape.
         """
         old_X, old_Y = self._train_X, self._train_Y
+        _ = self.dictionary_indices  # drawn now, on the old data, if still pending
         inputs = inputs.to(old_X)
         targets = targets.to(old_Y)
         batch = torch.broadcast_shapes(
@@ -660,182 +1076,6 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
                 dim=-1,
             )
         return new
-
-    def posterior_variance_at_train(self) -> Tensor:
-        r"""DTC variances at the training points in RLS units (``var / noise``).
-
-        These are the (approximate) ridge leverage scores ``sigma~_t^2(x_i)``; their
-        sum estimates the effective dimension ``d_eff`` (BKB Eq. 5).
-
-        Returns:
-            A ``batch_shape x (m) x n`` tensor.
-        """
-        with torch.no_grad():
-            cache = self._posterior_cache()
-            X = self._train_X
-            Z = self._embed(X, cache["S"], cache["W"])
-            var = linalg.dtc_variance(
-                cache["factor"], Z, self.covar_module(X, diag=True)
-            )
-            return linalg.rls_units(var, self._noise())
-
-    def _next_generator(
-        self, generator: torch.Generator | None
-    ) -> torch.Generator | None:
-        if generator is not None or self.seed is None:
-            return generator
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self._num_draws)
-        self._num_draws += 1
-        return g
-
-    def _draw_indices(self, rls: Tensor, generator: torch.Generator | None) -> Tensor:
-        """Posterior-variance sampling over the (deduplicated) training points."""
-        X = self._train_X
-        n = X.shape[-2]
-        flat_X = X.reshape(-1, n, X.shape[-1])
-        flat_rls = rls.reshape(-1, n)
-        # Union over independent draws for every batch member / output.
-        log_keep_none = torch.zeros(n, dtype=rls.dtype, device=rls.device)
-        for b in range(flat_rls.shape[0]):
-            Xb = flat_X[b % flat_X.shape[0]]
-            uniq, inverse, counts = torch.unique(
-                Xb, dim=0, return_inverse=True, return_counts=True
-            )
-            first = torch.full((uniq.shape[0],), n, dtype=torch.long, device=X.device)
-            first = first.scatter_reduce(
-                0, inverse, torch.arange(n, device=X.device), reduce="amin"
-            )
-            p = linalg.rls_inclusion_probabilities(
-                flat_rls[b][first], self.q_bar, counts
-            )
-            log_keep_none[first] += torch.log1p(-p.clamp_max(1.0 - 1e-16))
-            # Duplicates get probability 0: the first occurrence represents them.
-        p_union = -torch.expm1(log_keep_none)
-        draw = linalg.sample_dictionary(p_union, 1.0, generator=generator)
-        if draw.fallback:
-            logger.warning("Dictionary draw was empty; kept the most uncertain point.")
-        return self._cap(draw.selected.nonzero().squeeze(-1))
-
-    def resample_dictionary(self, generator: torch.Generator | None = None) -> Tensor:
-        r"""Redraw the dictionary from all training points, in place (BKB Alg. 1).
-
-        Each point is kept with probability ``min(1, q_bar sigma~^2(x_i))`` computed
-        with the current dictionary and hyperparameters. The model is changed only
-        after the draw succeeded.
-
-        Args:
-            generator: Optional generator (default: derived from ``seed``).
-
-        Returns:
-            The new dictionary indices.
-        """
-        rls = self.posterior_variance_at_train()
-        idx = self._draw_indices(rls, self._next_generator(generator))
-        self.dictionary_indices = idx
-        self._cache = None
-        return idx
-
-    def condition_and_resample(
-        self,
-        X: Tensor,
-        Y: Tensor,
-        Yvar: Tensor | None = None,
-        generator: torch.Generator | None = None,
-    ) -> NystromGP:
-        r"""BKB's incremental update: add observations and redraw the dictionary.
-
-        Returns a new model with ``(X, Y)`` appended, whose dictionary is redrawn
-        from *all* points with the stale variances ``sigma~_t^2`` (old data, old
-        dictionary), as BKB does (COLT 2019, Sec. 3.1: reusing the variances already
-        computed for the acquisition). No refit of the hyperparameters.
-
-        Args:
-            X: ``n' x d`` (or ``batch_shape x n' x d``) new inputs.
-            Y: ``n' x m`` new targets in the original outcome space.
-            Yvar: Observed noise variances for a fixed-noise model.
-            generator: Optional generator (default: derived from ``seed``).
-        """
-        validate_training_data(X, Y, Yvar, name="new")
-        old_rls = self.posterior_variance_at_train()
-        new = self.condition_on_observations(
-            X.to(self._compute_dtype),
-            Y.to(self._compute_dtype),
-            noise=None if Yvar is None else Yvar.to(self._compute_dtype),
-        )
-        n_old = old_rls.shape[-1]
-        with torch.no_grad():
-            # The new points are scored by the old model: no feedback yet.
-            added = self._rls_at(new._train_X[..., n_old:, :])
-        stale = torch.cat([old_rls.expand(*added.shape[:-1], n_old), added], dim=-1)
-        new.dictionary_indices = new._draw_indices(
-            stale, new._next_generator(generator)
-        )
-        new._num_draws = max(new._num_draws, self._num_draws)
-        new._cache = None
-        return new
-
-    def _rls_at(self, X: Tensor) -> Tensor:
-        """DTC variance in RLS units of transformed inputs (aug batch layout)."""
-        cache = self._posterior_cache()
-        Z = self._embed(X, cache["S"], cache["W"])
-        var = linalg.dtc_variance(cache["factor"], Z, self.covar_module(X, diag=True))
-        noise = self.likelihood.noise
-        if isinstance(self.likelihood, FixedNoiseGaussianLikelihood):
-            noise = noise.mean(-1, keepdim=True)
-        return linalg.rls_units(var, noise)
-
-    def _bless_indices(self) -> Tensor:
-        """Initial dictionary: union of BLESS draws for every batch member/output."""
-        X = self._train_X
-        n, d = X.shape[-2:]
-        flat_X = X.reshape(-1, n, d)
-        noise = self.likelihood.noise.reshape(-1, self.likelihood.noise.shape[-1])
-        selected = torch.zeros(n, dtype=torch.bool, device=X.device)
-        for b in range(flat_X.shape[0]):
-
-            def kernel(A: Tensor, B: Tensor, b: int = b) -> Tensor:
-                K = self.covar_module(A, B).to_dense()
-                return K.reshape(-1, *K.shape[-2:])[b % K[..., 0, 0].numel()]
-
-            def kernel_diag(A: Tensor, b: int = b) -> Tensor:
-                k = self.covar_module(A, diag=True)
-                return k.reshape(-1, k.shape[-1])[b % k[..., 0].numel()]
-
-            idx = linalg.bless_dictionary(
-                flat_X[b],
-                kernel,
-                kernel_diag,
-                lam=float(noise[b % noise.shape[0]].mean()),
-                q_bar=self.q_bar,
-                generator=self._next_generator(None),
-                max_size=self._dictionary_cap(),
-            )
-            selected[idx] = True
-        return self._cap(selected.nonzero().squeeze(-1))
-
-    def _dictionary_cap(self) -> int | None:
-        """``max_dictionary_size`` combined with the ``memory_budget_gb`` cap."""
-        cap = self.max_dictionary_size
-        budget = getattr(self, "memory_budget_gb", None)
-        if budget is not None:
-            n = self._train_X.shape[-2]
-            by_memory = max(1, int(budget * 2**30 / (32 * n)))
-            cap = by_memory if cap is None else min(cap, by_memory)
-        return cap
-
-    def _cap(self, idx: Tensor) -> Tensor:
-        """Enforce the dictionary cap by a seeded uniform subsample."""
-        cap = self._dictionary_cap()
-        if cap is None or idx.numel() <= cap:
-            return idx
-        logger.warning(
-            "Leverage-score dictionary has %d points; keeping a uniform subsample "
-            "of max_dictionary_size=%d (the DTC accuracy guarantee no longer holds).",
-            idx.numel(),
-            cap,
-        )
-        perm = torch.randperm(idx.numel(), generator=self._next_generator(None))
-        return torch.sort(idx[perm[:cap].to(idx.device)]).values
 
     def sample_latent(
         self,
@@ -947,6 +1187,8 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         ``"_extra_state"``. A tensor (not indices into data the state dict does
         not hold), so that BoTorch's fit checkpoints handle it like any buffer.
         """
+        if self._dictionary_indices is None:  # not drawn yet: nothing to carry
+            return self._train_X[..., :0, :].detach().clone()
         return self.inducing_points.detach().clone()
 
     def set_extra_state(self, state: Tensor) -> None:
@@ -964,7 +1206,12 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
                 f"d = {self._train_X.shape[-1]} columns."
             )
         state = state.to(self._train_X)
-        if torch.equal(self.inducing_points, state):
+        if state.shape[-2] == 0:
+            self.dictionary_indices = None
+            return
+        if self._dictionary_indices is not None and torch.equal(
+            self.inducing_points, state
+        ):
             return
         found = _locate_rows(_rows(self._train_X), _rows(state))
         num_saved = state.shape[-2]
@@ -977,11 +1224,10 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             )
         if found.numel() > 0:
             self.dictionary_indices = torch.unique(found)
-            self._cache = None
 
 
 # ---------------------------------------------------------------------------------
-# Validation helpers
+# Helpers
 # ---------------------------------------------------------------------------------
 
 

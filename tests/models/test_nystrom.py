@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from copy import deepcopy
+from unittest import mock
 
 import torch
 from botorch.fit import fit_gpytorch_mll
@@ -14,6 +16,7 @@ from botorch.utils.testing import BotorchTestCase
 from gpytorch.kernels import InducingPointKernel
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.settings import sgpr_diagonal_correction
+from linear_operator.operators import DenseLinearOperator
 
 from botorch_sketch.generation import EmbeddingThompsonSampling
 from botorch_sketch.models import NystromGP
@@ -263,21 +266,28 @@ class TestNystromGPDictionary(BotorchTestCase):
     def test_max_dictionary_size_caps_every_draw(self):
         X, Y = make_data(n=60)
         model = NystromGP(X, Y, seed=0, q_bar=1e12, max_dictionary_size=15)
-        self.assertEqual(model.dictionary_size, 15)  # BLESS draw capped
-        model.resample_dictionary()
-        self.assertEqual(model.dictionary_size, 15)  # RLS draw capped
-        free = NystromGP(X, Y, seed=0, q_bar=1e12)
+        # BLESS within the budget: a leverage-score draw of at most 15 points at
+        # a ridge above the noise, flagged (issue 15).
+        self.assertTrue(8 <= model.dictionary_size <= 15)
+        self.assertTrue(model.dictionary_capped)
+        self.assertGreater(model.sketch_ridge, float(model.likelihood.noise))
+        for _ in range(3):
+            model.resample_dictionary()  # BKB's draw within the budget
+            self.assertTrue(8 <= model.dictionary_size <= 15)
+            self.assertTrue(model.dictionary_capped)
+        free = NystromGP(X, Y, seed=0, q_bar=1e12, max_dictionary_size=None)
         self.assertEqual(free.dictionary_size, 60)
+        self.assertFalse(free.dictionary_capped)
 
     def test_memory_budget_caps_dictionary_and_subset_fit(self):
         X, Y = make_data(n=60)
         budget = 15 * 32 * 60 / 2**30  # room for 15 dictionary points
         model = NystromGP(X, Y, seed=0, q_bar=1e12, memory_budget_gb=budget)
-        self.assertEqual(model.dictionary_size, 15)
+        self.assertTrue(8 <= model.dictionary_size <= 15)
         capped = NystromGP(
             X, Y, seed=0, q_bar=1e12, memory_budget_gb=budget, max_dictionary_size=9
         )
-        self.assertEqual(capped.dictionary_size, 9)
+        self.assertTrue(4 <= capped.dictionary_size <= 9)
         sub = model._data_subset(torch.arange(30))
         self.assertEqual(sub.max_dictionary_size, 15)  # the full model's cap
         self.assertLessEqual(sub.dictionary_size, 15)
@@ -377,14 +387,17 @@ class TestNystromGPInputs(BotorchTestCase):
         ref = model.posterior(Xt).mean
         post = model.to(torch.float32).posterior(Xt.float())
         self.assertEqual(post.mean.dtype, torch.float32)
-        self.assertAllClose(post.mean, ref.float(), atol=1e-3, rtol=1e-3)
+        # float32 rounding of the embedding's eigendecomposition (every one of
+        # the 40 points is in the dictionary here).
+        self.assertAllClose(post.mean, ref.float(), atol=1e-2, rtol=0)
         self.assertAllClose(
-            model.to(torch.float64).posterior(Xt).mean, ref, atol=1e-3, rtol=0
+            model.to(torch.float64).posterior(Xt).mean, ref, atol=1e-2, rtol=0
         )
 
     def test_state_dict_loads_into_reordered_and_subsampled_data(self):
         X, Y = make_data(n=30)
         model = NystromGP(X, Y, seed=0, max_dictionary_size=12)
+        self.assertGreater(model.dictionary_size, 0)  # drawn (lazily) now
         state = model.state_dict()
         perm = torch.randperm(30, generator=torch.Generator().manual_seed(1))
         shuffled = NystromGP(X[perm], Y[perm], seed=3)
@@ -415,3 +428,205 @@ class TestNystromGPInputs(BotorchTestCase):
         self.assertAllClose(
             p32.mean, m64.posterior(Xt.double()).mean, atol=1e-5, rtol=0
         )
+
+
+def fitted(model):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+    return model
+
+
+def rough_data(n, seed=0):
+    """Short lengthscale, low noise: a leverage-score dictionary wants most points."""
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(n, 2, generator=g, dtype=DT)
+    Y = torch.sin(12 * X).sum(-1, keepdim=True)
+    return X, Y + 0.01 * torch.randn(Y.shape, generator=g, dtype=DT)
+
+
+class TestNystromGPBudget(BotorchTestCase):
+    def test_budget_is_honoured_in_every_path(self):
+        X, Y = rough_data(300)
+        cap = 40
+        model = NystromGP(X, Y, seed=0, max_dictionary_size=cap, fit_subset_size=120)
+        self.assertLessEqual(model.dictionary_size, cap)  # lazy draw
+        fitted(model)
+        self.assertLessEqual(model.dictionary_size, cap)  # fit: final dictionary
+        self.assertTrue(model.dictionary_capped)
+        self.assertGreater(model.sketch_ridge, float(model.likelihood.noise))
+        model.resample_dictionary()
+        self.assertLessEqual(model.dictionary_size, cap)  # BKB resampling
+        model.eval()
+        Xn, Yn = rough_data(30, seed=1)
+        new = model.condition_and_resample(Xn, Yn)
+        self.assertLessEqual(new.dictionary_size, cap)  # conditioning + resampling
+        warm = NystromGP(
+            torch.cat([X, Xn]),
+            torch.cat([Y, Yn]),
+            seed=0,
+            max_dictionary_size=cap,
+            warm_start=model.sketch_state(),
+        )
+        fitted(warm)
+        self.assertLessEqual(warm.dictionary_size, cap)  # warm start
+        sub_sizes = []
+        original = NystromGP._data_subset
+
+        def spy(self, idx):
+            sub = original(self, idx)
+            sub_sizes.append(sub._dictionary_cap())
+            return sub
+
+        NystromGP._data_subset = spy
+        try:
+            fitted(
+                NystromGP(
+                    X,
+                    Y,
+                    seed=0,
+                    max_dictionary_size=cap,
+                    objective="vfe",
+                    fit_subset_size=120,
+                )
+            )
+        finally:
+            NystromGP._data_subset = original
+        self.assertEqual(sub_sizes, [cap])  # the VFE subsample fit: same budget
+
+    def test_regime_guard_uses_every_point(self):
+        X, Y = rough_data(120)
+        small = NystromGP(X, Y, seed=0, exact_max_n=200)
+        self.assertEqual(small.dictionary_size, 120)
+        self.assertIsNone(small.sketch_ridge)
+        # Above exact_max_n, a draw that keeps at least half the points is
+        # replaced by every point (a rough, low-noise function here).
+        rough = NystromGP(X, Y, seed=0, exact_max_n=0)
+        rough.covar_module.lengthscale = 0.05
+        rough.likelihood.noise = 1e-4
+        self.assertEqual(rough.dictionary_size, 120)
+        smooth = NystromGP(X, Y, seed=0, exact_max_n=0)
+        smooth.covar_module.lengthscale = 1.0
+        smooth.likelihood.noise = 0.1
+        self.assertLess(smooth.dictionary_size, 60)
+
+    def test_full_dictionary_is_the_exact_gp_after_a_fit(self):
+        X, Y = make_data(n=60)
+        model = fitted(NystromGP(X, Y, seed=0))  # n <= exact_max_n
+        exact = exact_twin(model, X, Y)
+        Xt = torch.rand(5, 2, dtype=DT)
+        self.assertAllClose(
+            model.posterior(Xt).mean, exact.posterior(Xt).mean, atol=1e-8, rtol=0
+        )
+
+    def test_marginals_without_the_joint_covariance(self):
+        X, Y = rough_data(300)
+        model = fitted(NystromGP(X, Y, seed=0, max_dictionary_size=50, exact_max_n=0))
+        Xt = torch.rand(400, 2, generator=torch.Generator().manual_seed(2), dtype=DT)
+        post = model.posterior(Xt)  # q = 400: the lazy covariance
+        self.assertNotIsInstance(
+            post.distribution.lazy_covariance_matrix, DenseLinearOperator
+        )
+        single = model.posterior(Xt.unsqueeze(-2))  # 400 separate q = 1 posteriors
+        self.assertAllClose(
+            post.variance, single.variance.squeeze(-2), atol=1e-10, rtol=0
+        )
+        dense = post.distribution.covariance_matrix
+        self.assertAllClose(
+            post.variance.squeeze(-1), dense.diagonal(), atol=1e-10, rtol=0
+        )
+        self.assertAllClose(post.mean, single.mean.squeeze(-2), atol=1e-10, rtol=0)
+
+    def test_warm_start_keeps_state_and_refits_on_schedule(self):
+        X, Y = rough_data(200)
+        first = fitted(
+            NystromGP(X[:160], Y[:160], seed=0, exact_max_n=0, max_dictionary_size=60)
+        )
+        state = first.sketch_state()
+        self.assertEqual(state.num_fit_points, 160)
+        # 10% more data: no refit, the hyperparameters are kept exactly, and the
+        # dictionary comes from BKB's resampling of the old one (no BLESS).
+        kept = NystromGP(
+            X[:176],
+            Y[:176],
+            seed=0,
+            exact_max_n=0,
+            max_dictionary_size=60,
+            warm_start=state,
+        )
+        with mock.patch.object(NystromGP, "_bless_indices", side_effect=AssertionError):
+            fitted(kept)
+        for key, value in state.hyperparameters.items():
+            self.assertTrue(torch.equal(kept.state_dict()[key], value), key)
+        self.assertEqual(kept.sketch_state().num_fit_points, 160)
+        # Resampled at the previous draw's budget ridge, which it refines.
+        self.assertTrue(kept.dictionary_capped)
+        self.assertLessEqual(kept.dictionary_size, 60)
+        self.assertGreater(kept.dictionary_size, 45)
+        # 25% more data: a scheduled (bounded) refit.
+        grown = fitted(
+            NystromGP(
+                X, Y, seed=0, exact_max_n=0, max_dictionary_size=60, warm_start=state
+            )
+        )
+        self.assertEqual(grown.sketch_state().num_fit_points, 200)
+        changed = any(
+            not torch.equal(grown.state_dict()[k], v)
+            for k, v in state.hyperparameters.items()
+        )
+        self.assertTrue(changed)
+        # Drift: the same inputs with targets of another scale and shape.
+        drifted = fitted(
+            NystromGP(
+                X[:176],
+                5 * torch.cos(3 * Y[:176]),
+                seed=0,
+                exact_max_n=0,
+                max_dictionary_size=60,
+                outcome_transform=None,
+                warm_start=state,
+            )
+        )
+        self.assertEqual(drifted.sketch_state().num_fit_points, 176)
+
+    def test_warm_start_chain_is_reproducible_and_json_ready(self):
+        X, Y = rough_data(240)
+
+        def chain():
+            state, models = None, []
+            for n in (120, 150, 200, 240):
+                model = fitted(
+                    NystromGP(
+                        X[:n],
+                        Y[:n],
+                        seed=3,
+                        exact_max_n=0,
+                        max_dictionary_size=50,
+                        warm_start=state,
+                    )
+                )
+                state = json.loads(json.dumps(model.sketch_state().to_dict()))
+                models.append(model)
+            return models
+
+        for a, b in zip(chain(), chain(), strict=True):
+            self.assertTrue(torch.equal(a.dictionary_indices, b.dictionary_indices))
+            for (ka, va), (kb, vb) in zip(
+                a.state_dict().items(), b.state_dict().items(), strict=True
+            ):
+                self.assertEqual(ka, kb)
+                self.assertTrue(torch.equal(va, vb), ka)
+
+    def test_bad_warm_start_and_schedule_options(self):
+        X, Y = make_data()
+        with self.assertRaisesRegex(ValueError, "warm_start lacks"):
+            NystromGP(X, Y, warm_start={"hyperparameters": {}})
+        for kwargs, match in [
+            ({"refit_growth": -0.1}, "refit_growth"),
+            ({"refit_tolerance": float("nan")}, "refit_tolerance"),
+            ({"refit_max_iterations": 0}, "refit_max_iterations"),
+            ({"exact_max_n": -1}, "exact_max_n"),
+            ({"objective": "fitc"}, "objective"),
+        ]:
+            with self.assertRaisesRegex(ValueError, match):
+                NystromGP(X, Y, **kwargs)

@@ -1,0 +1,275 @@
+r"""Fitting a :class:`~botorch_sketch.models.NystromGP`: hyperparameters, then sketch.
+
+``fit_gpytorch_mll`` calls :meth:`NystromGP.custom_fit`, which runs
+:func:`fit_nystrom_gp`:
+
+1. **Hyperparameters** at a cost that does not grow with ``n``. By default
+   (``objective="exact"``) they maximise the exact GP marginal likelihood on a
+   seeded uniform subsample of at most ``fit_subset_size`` points (``O(s^3)`` per
+   evaluation, ``s <= fit_subset_size``). We measured the alternatives (issue 15,
+   ``benchmarks/results/nystrom_budget.md``): the Titsias bound (VFE) on a sketch
+   whose size is capped overestimates the noise (about threefold on a low-noise
+   Hartmann6), because its trace term charges the whole Nyström residual to the
+   noise; the exact likelihood of a subsample estimates lengthscales and noise
+   without that bias. ``objective="vfe"`` / ``"dtc"`` keep the sketch objectives
+   (``O(s m^2)``, with ``dictionary_refits`` redraws).
+2. **Sketch** at the fitted hyperparameters: BLESS on all ``n`` points within the
+   budget ``max_dictionary_size`` (:func:`~botorch_sketch.linalg.bless`), or, with
+   a warm start, BKB's posterior-variance resampling of the previous dictionary
+   (:meth:`NystromGP.resample_dictionary`).
+
+**State kept between calls.** A model built with ``warm_start=previous.sketch_state()``
+(a :class:`SketchState`: hyperparameters, dictionary, fit bookkeeping) starts from
+that state. Its hyperparameters are refitted only when a schedule says so
+(:func:`refit_due`): when the data grew by the factor ``1 + refit_growth`` since the
+last fit, or when the per-point negative log marginal likelihood of the current
+data at the previous hyperparameters exceeds the one at the last fit by more than
+``refit_tolerance`` nats (the likelihood drifted). A scheduled refit is
+warm-started and bounded to ``refit_max_iterations`` L-BFGS-B iterations. This is
+what lets a long BoTorch or Ax loop pay a near-constant cost per call.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from botorch.exceptions.errors import ModelFittingError
+from botorch.fit import _fit_fallback
+from gpytorch.likelihoods import FixedNoiseGaussianLikelihood
+from gpytorch.mlls import MarginalLogLikelihood
+from torch import Tensor
+
+from botorch_sketch.models.extra_state import EXTRA_STATE_KEY
+
+if TYPE_CHECKING:
+    from botorch_sketch.models.nystrom import NystromGP
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SketchState", "fit_nystrom_gp", "hyperparameter_state", "refit_due"]
+
+#: State-dict prefixes that are not hyperparameters: transforms are refitted to
+#: the current data by the new model itself.
+_NOT_HYPERPARAMETERS = ("outcome_transform.", "input_transform.", EXTRA_STATE_KEY)
+
+
+@dataclass(frozen=True)
+class SketchState:
+    r"""What a :class:`NystromGP` carries to the next model of a loop.
+
+    Attributes:
+        hyperparameters: Kernel, mean and likelihood state (no transforms, no
+            per-point fixed noise), as in ``state_dict()``.
+        dictionary_inputs: ``batch_shape x (m) x |S| x d`` transformed inputs of
+            the dictionary.
+        num_fit_points: Number of training points when the hyperparameters were
+            last fitted.
+        fit_loss: Per-point negative exact log marginal likelihood of the fit
+            subsample at that fit (``nan`` if unknown, e.g. a VFE fit).
+        num_draws: Random draws made so far (seeds of the next draws).
+        sketch_ridge: The ridge the dictionary samples where the budget bound
+            (``nan`` otherwise); the next resampling scores at it.
+    """
+
+    hyperparameters: Mapping[str, Tensor]
+    dictionary_inputs: Tensor
+    num_fit_points: int
+    fit_loss: float
+    num_draws: int
+    sketch_ridge: float = math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        r"""A JSON-ready form (nested lists and numbers), for Ax's generator state."""
+        return {
+            "hyperparameters": {
+                k: {"shape": list(v.shape), "values": v.reshape(-1).tolist()}
+                for k, v in self.hyperparameters.items()
+            },
+            "dictionary_inputs": {
+                "shape": list(self.dictionary_inputs.shape),
+                "values": self.dictionary_inputs.reshape(-1).tolist(),
+            },
+            "num_fit_points": int(self.num_fit_points),
+            "fit_loss": float(self.fit_loss),
+            "num_draws": int(self.num_draws),
+            "sketch_ridge": float(self.sketch_ridge),
+        }
+
+    @classmethod
+    def from_dict(
+        cls, state: Mapping[str, Any], dtype: torch.dtype = torch.float64
+    ) -> SketchState:
+        r"""Inverse of :meth:`to_dict` (also accepts a :class:`SketchState`)."""
+        if isinstance(state, SketchState):
+            return state
+        missing = {
+            "hyperparameters",
+            "dictionary_inputs",
+            "num_fit_points",
+            "fit_loss",
+            "num_draws",
+        } - set(state)
+        if missing:
+            raise ValueError(f"warm_start lacks {sorted(missing)}.")
+
+        def tensor(entry: Any) -> Tensor:
+            if torch.is_tensor(entry):
+                return entry
+            return torch.tensor(entry["values"], dtype=dtype).reshape(entry["shape"])
+
+        return cls(
+            hyperparameters={k: tensor(v) for k, v in state["hyperparameters"].items()},
+            dictionary_inputs=tensor(state["dictionary_inputs"]),
+            num_fit_points=int(state["num_fit_points"]),
+            fit_loss=float(state["fit_loss"]),
+            num_draws=int(state["num_draws"]),
+            sketch_ridge=float(state.get("sketch_ridge", math.nan)),
+        )
+
+
+def hyperparameter_state(model: NystromGP) -> dict[str, Tensor]:
+    r"""The model's ``state_dict`` restricted to its hyperparameters.
+
+    Drops the transforms (they belong to the data), the dictionary (extra state)
+    and the per-point noise of a fixed-noise likelihood.
+    """
+    state = {
+        k: v.detach().clone()
+        for k, v in model.state_dict().items()
+        if not k.startswith(_NOT_HYPERPARAMETERS)
+    }
+    if isinstance(model.likelihood, FixedNoiseGaussianLikelihood):
+        state = {k: v for k, v in state.items() if not k.startswith("likelihood.")}
+    return state
+
+
+def refit_due(model: NystromGP, state: SketchState) -> tuple[bool, str]:
+    r"""Whether the warm-started hyperparameters must be refitted, and why.
+
+    Due when ``n >= (1 + refit_growth) num_fit_points`` (growth), or when the
+    per-point loss of the current fit subsample at the warm hyperparameters exceeds
+    ``state.fit_loss`` by more than ``refit_tolerance`` (drift; needs the exact
+    objective). The drift check costs one ``O(s^3)`` loss evaluation.
+    """
+    n = model.num_training_points
+    if n >= (1.0 + model.refit_growth) * max(state.num_fit_points, 1):
+        return True, f"data grew from {state.num_fit_points} to {n} points"
+    if model.objective == "exact" and math.isfinite(state.fit_loss):
+        loss = subsample_loss(model)
+        if loss > state.fit_loss + model.refit_tolerance:
+            return True, f"likelihood drifted ({state.fit_loss:.4f} -> {loss:.4f})"
+    return False, "warm hyperparameters kept"
+
+
+def subsample_loss(model: NystromGP) -> float:
+    r"""Per-point negative exact log marginal likelihood on the fit subsample."""
+    sub = _fit_subsample(model)
+    with torch.no_grad():
+        return float(sub.exact_loss().sum())
+
+
+def fit_nystrom_gp(
+    model: NystromGP, mll: MarginalLogLikelihood, fit_kwargs: dict[str, Any]
+) -> MarginalLogLikelihood:
+    r"""Fit ``model`` in place: hyperparameters, then the sketch (module docstring).
+
+    On failure the model is left as it was (hyperparameters and dictionary).
+
+    Args:
+        model: The model (``model.warm_start`` decides the schedule).
+        mll: The marginal likelihood object the user passed (BoTorch convention).
+        fit_kwargs: Keyword arguments for BoTorch's fit routine.
+
+    Returns:
+        ``mll``, in evaluation mode.
+    """
+    warm = model.warm_start
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        if warm is None:
+            loss = _fit_hyperparameters(model, fit_kwargs, max_iterations=None)
+            num_fit_points = model.num_training_points
+        else:
+            model.load_state_dict(warm.hyperparameters, strict=False)
+            model._num_draws = max(model._num_draws, warm.num_draws)
+            due, reason = refit_due(model, warm)
+            logger.info("NystromGP warm start: %s.", reason)
+            if due:
+                loss = _fit_hyperparameters(
+                    model, fit_kwargs, max_iterations=model.refit_max_iterations
+                )
+                num_fit_points = model.num_training_points
+            else:
+                loss, num_fit_points = warm.fit_loss, warm.num_fit_points
+        with torch.no_grad():
+            model.dictionary_indices = model._initial_dictionary()
+    except Exception:
+        model.load_state_dict(saved)
+        raise
+    model._fit_record = (num_fit_points, loss)
+    mll.eval()
+    return mll
+
+
+def _fit_hyperparameters(
+    model: NystromGP, fit_kwargs: dict[str, Any], max_iterations: int | None
+) -> float:
+    r"""Fit the hyperparameters on the fit subsample; return its per-point loss.
+
+    ``max_iterations`` bounds L-BFGS-B (a scheduled, warm-started refit: one
+    attempt, the warm values kept if it fails).
+    """
+    sub = _fit_subsample(model)
+    kwargs = dict(fit_kwargs)
+    if max_iterations is not None:
+        optimizer_kwargs = dict(kwargs.get("optimizer_kwargs") or {})
+        options = {"maxiter": max_iterations, **optimizer_kwargs.get("options", {})}
+        kwargs["optimizer_kwargs"] = {**optimizer_kwargs, "options": options}
+        kwargs["max_attempts"] = 1
+    sub_mll = _sub_mll(sub)
+    try:
+        for round_ in range(1 + (model.dictionary_refits if sub.uses_sketch else 0)):
+            if round_ > 0:
+                with torch.no_grad():
+                    sub.dictionary_indices = sub._bless_indices()
+            _fit_fallback(mll=sub_mll, **kwargs)
+    except ModelFittingError:
+        if max_iterations is None:
+            raise
+        logger.warning("NystromGP: the scheduled refit failed; warm values kept.")
+    if sub is not model:
+        model.load_state_dict(hyperparameter_state(sub), strict=False)
+        model._num_draws = max(model._num_draws, sub._num_draws)
+    if not sub.uses_sketch:
+        with torch.no_grad():
+            return float(sub.exact_loss().sum())
+    return math.nan
+
+
+def _sub_mll(sub: NystromGP) -> MarginalLogLikelihood:
+    from gpytorch.mlls import ExactMarginalLogLikelihood
+
+    return ExactMarginalLogLikelihood(sub.likelihood, sub)
+
+
+def _fit_subsample(model: NystromGP) -> NystromGP:
+    r"""The model itself if ``n <= fit_subset_size``, else a seeded subsample copy.
+
+    The subsample is drawn from the seed and ``n`` alone (not from the draw
+    counter), so the drift check and the fit of one call see the same points and
+    a reloaded run sees the same ones again.
+    """
+    n = model.num_training_points
+    size = model.fit_subset_size
+    if size is None or n <= size:
+        return model
+    generator = None
+    if model.seed is not None:
+        generator = torch.Generator().manual_seed(model.seed * 1_000_003 + 7919 * n)
+    perm = torch.randperm(n, generator=generator)[:size]
+    return model._data_subset(torch.sort(perm).values.to(model._train_X.device))
