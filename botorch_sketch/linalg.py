@@ -822,29 +822,9 @@ def bless(
     return LeverageDictionary(torch.sort(D).values, float(lam), False)
 
 
-def bless_dictionary(
-    X: Tensor,
-    kernel: Callable[[Tensor, Tensor], Tensor],
-    kernel_diag: Callable[[Tensor], Tensor],
-    lam: float,
-    q_bar: float = 2.0,
-    generator: torch.Generator | None = None,
-    level_factor: float = 2.0,
-    max_size: int | None = None,
-    chunk_size: int = 16_384,
-) -> Tensor:
-    r"""The indices of :func:`bless` (sorted ``LongTensor``)."""
-    return bless(
-        X,
-        kernel,
-        kernel_diag,
-        lam,
-        q_bar,
-        generator,
-        level_factor,
-        max_size,
-        chunk_size,
-    ).indices
+def bless_dictionary(*args: Any, **kwargs: Any) -> Tensor:
+    r"""The sorted indices of :func:`bless` (same arguments)."""
+    return bless(*args, **kwargs).indices
 
 
 def budget_scale(
