@@ -596,8 +596,11 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             self.num_training_points,
             math.nan,
         )
+        rows = self.dictionary_indices
         return SketchState(
             hyperparameters=hyperparameter_state(self),
+            dictionary_rows=rows.detach().clone(),
+            rows_checksum=float(self._train_X[..., rows, :].sum()),
             dictionary_inputs=self.inducing_points.detach().clone(),
             num_fit_points=num_fit_points,
             fit_loss=fit_loss,
@@ -689,10 +692,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             return torch.arange(n, device=self._train_X.device)
         idx = None
         if self.warm_start is not None:
-            previous = _locate_rows(
-                _rows(self._train_X),
-                _rows(self.warm_start.dictionary_inputs.to(self._train_X)),
-            )
+            previous = self._warm_dictionary(self.warm_start)
             if previous.numel() > 0:
                 self._dictionary_indices = torch.unique(previous)
                 self._cache = None
@@ -708,6 +708,26 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             self.sketch_ridge, self.dictionary_capped = None, False
             return torch.arange(n, device=self._train_X.device)
         return idx
+
+    def _warm_dictionary(self, state: SketchState) -> Tensor:
+        r"""The warm start's dictionary among this model's training rows.
+
+        By its inputs when the state carries them (exact row match, so the data
+        may be reordered), else by its row indices, accepted only if the
+        checksum of this model's inputs at those rows matches (the data extend
+        the previous model's). Empty if it cannot be found (then BLESS runs).
+        """
+        if state.dictionary_inputs is not None:
+            return _locate_rows(
+                _rows(self._train_X), _rows(state.dictionary_inputs.to(self._train_X))
+            )
+        rows = state.dictionary_rows.to(self._train_X.device)
+        if rows.numel() and int(rows.max()) < self.num_training_points:
+            checksum = float(self._train_X[..., rows, :].sum())
+            if math.isclose(checksum, state.rows_checksum, rel_tol=1e-9, abs_tol=1e-9):
+                return rows
+        logger.info("NystromGP warm start: the previous dictionary is not in the data.")
+        return rows[:0]
 
     def posterior_variance_at_train(self) -> Tensor:
         r"""DTC variances at the training points in RLS units (``var / noise``).

@@ -20,6 +20,7 @@ from linear_operator.operators import DenseLinearOperator
 
 from botorch_sketch.generation import EmbeddingThompsonSampling
 from botorch_sketch.models import NystromGP
+from botorch_sketch.models.nystrom_fit import SketchState
 
 DT = torch.float64
 
@@ -630,3 +631,30 @@ class TestNystromGPBudget(BotorchTestCase):
         ]:
             with self.assertRaisesRegex(ValueError, match):
                 NystromGP(X, Y, **kwargs)
+
+    def test_sketch_state_forms_and_where_they_apply(self):
+        X, Y = rough_data(150)
+        model = fitted(NystromGP(X, Y, seed=0, exact_max_n=0, max_dictionary_size=40))
+        state = model.sketch_state()
+        compact = SketchState.from_dict(json.loads(json.dumps(state.to_dict())))
+        full = SketchState.from_dict(state.to_dict(compact=False))
+        self.assertIsNone(compact.dictionary_inputs)
+        for s in (compact, full):
+            self.assertTrue(torch.equal(s.dictionary_rows, model.dictionary_indices))
+            for k, v in state.hyperparameters.items():
+                self.assertTrue(torch.equal(s.hyperparameters[k], v), k)
+        perm = torch.randperm(150, generator=torch.Generator().manual_seed(4))
+        shuffled = NystromGP(X[perm], Y[perm], seed=0, exact_max_n=0)
+        # Reordered data: the inputs locate the dictionary, the row indices do not.
+        located = shuffled._warm_dictionary(full)
+        self.assertTrue(
+            torch.equal(torch.sort(perm[located]).values, model.dictionary_indices)
+        )
+        self.assertEqual(shuffled._warm_dictionary(compact).numel(), 0)
+        # Extended data (a loop appends): the row indices are valid.
+        extended = NystromGP(torch.cat([X, X[:5] + 0.5]), torch.cat([Y, Y[:5]]), seed=0)
+        self.assertTrue(
+            torch.equal(extended._warm_dictionary(compact), model.dictionary_indices)
+        )
+        with self.assertRaisesRegex(ValueError, "row mask"):
+            SketchState.from_dict({**state.to_dict(), "dictionary_rows": "garbage"})
