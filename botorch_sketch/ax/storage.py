@@ -17,9 +17,11 @@ from ax.storage.botorch_modular_registry import (
     register_acquisition_function,
     register_model,
 )
+from ax.storage.json_store.registry import CORE_DECODER_REGISTRY
 
 from botorch_sketch.acquisition.bbkb import BatchUpperConfidenceBound
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
+from botorch_sketch.ax.generator import SketchGenerators
 from botorch_sketch.models.goucb import GOUCBModel
 from botorch_sketch.models.gssbo import GradientSubsetGP
 from botorch_sketch.models.nystrom import NystromGP
@@ -32,10 +34,13 @@ MODELS = (NystromGP, GradientSubsetGP, GOUCBModel)
 ACQUISITION_FUNCTIONS = (BatchUpperConfidenceBound,)
 #: The Ax ``Acquisition`` classes our strategies store.
 ACQUISITIONS = (AdaptiveBatchAcquisition,)
+#: Our generator registry enums (Ax JSON stores an enum by its class name).
+GENERATOR_ENUMS = (SketchGenerators,)
 
 
 def register_with_ax() -> None:
-    r"""Register our models, acquisition functions and ``Acquisition`` classes."""
+    r"""Register our models, acquisition functions, ``Acquisition`` classes and
+    generator enums."""
     for model in MODELS:
         if model not in MODEL_REGISTRY:
             register_model(model)
@@ -45,3 +50,5 @@ def register_with_ax() -> None:
     for acquisition in ACQUISITIONS:
         if acquisition not in ACQUISITION_REGISTRY:
             register_acquisition(acquisition)
+    for enum in GENERATOR_ENUMS:
+        CORE_DECODER_REGISTRY.setdefault(enum.__name__, enum)

@@ -1,0 +1,180 @@
+r"""An Ax generator that keeps ``NystromGP``'s sketch between generation calls.
+
+Ax rebuilds the surrogate from all data at every call (Ax 1.3 refits whatever
+``warm_start_refit`` says; generation never passes a state dict). What a generator
+may carry from one call to the next, also through Ax JSON, is its ``_get_state()``:
+Ax stores it as ``GeneratorRun.generator_state_after_gen`` and passes it back as
+constructor keyword arguments at the next fit (``GenerationNode._fit``).
+
+:class:`SketchBoTorchGenerator` is Ax's modular ``BoTorchGenerator`` plus that state:
+after each fit it keeps the fitted ``NystromGP``'s
+:meth:`~botorch_sketch.models.NystromGP.sketch_state` (hyperparameters, dictionary
+rows, refit bookkeeping; :class:`~botorch_sketch.models.nystrom_fit.SketchState` in
+its compact JSON form, about ``n / 6`` characters for the dictionary), and the next
+fit builds the model with it as ``warm_start``: hyperparameters refitted on a
+schedule with bounded iterations, the dictionary updated by BKB's resampling
+instead of BLESS from scratch (:mod:`botorch_sketch.models.nystrom_fit`). A run
+saved to JSON and reloaded therefore continues from the same state.
+
+:class:`SketchGenerators` is the generator registry entry that makes a
+``GeneratorSpec`` use it (``generator_enum=SketchGenerators.BOTORCH_SKETCH``). The
+state is carried for experiments with one modelled outcome (the BBKB setting);
+with several outcomes each model is fitted from scratch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from ax.adapter.registry import (
+    GENERATOR_KEY_TO_GENERATOR_SETUP,
+    GeneratorRegistryBase,
+    GeneratorSetup,
+    MBM_X_trans,
+    Y_trans,
+)
+from ax.adapter.torch import TorchAdapter
+from ax.core.search_space import SearchSpaceDigest
+from ax.generators.torch.botorch_modular.acquisition import Acquisition
+from ax.generators.torch.botorch_modular.generator import BoTorchGenerator
+from ax.generators.torch.botorch_modular.surrogate import Surrogate, SurrogateSpec
+from ax.generators.torch.botorch_modular.utils import ModelConfig
+from botorch.acquisition.acquisition import AcquisitionFunction
+from botorch.utils.datasets import SupervisedDataset
+
+from botorch_sketch.models.nystrom import NystromGP
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SKETCH_GENERATOR_KEY", "SketchBoTorchGenerator", "SketchGenerators"]
+
+#: Registry key of :class:`SketchBoTorchGenerator` (stored in generator runs).
+SKETCH_GENERATOR_KEY = "BoTorchSketch"
+
+
+class SketchBoTorchGenerator(BoTorchGenerator):
+    r"""``BoTorchGenerator`` whose ``NystromGP`` keeps its sketch between calls.
+
+    Args:
+        sketch_state: The previous fit's ``SketchState.to_dict()`` (Ax passes it
+            back from the last generator run); ``None`` at the first call.
+        Every other argument: as ``BoTorchGenerator`` (named one by one: Ax checks
+        the keyword arguments of a generator against its signature).
+    """
+
+    def __init__(
+        self,
+        surrogate_spec: SurrogateSpec | None = None,
+        surrogate: Surrogate | None = None,
+        acquisition_class: type[Acquisition] | None = None,
+        acquisition_options: dict[str, Any] | None = None,
+        botorch_acqf_class: type[AcquisitionFunction] | None = None,
+        botorch_acqf_options: dict[str, Any] | None = None,
+        botorch_acqf_classes_with_options: (
+            list[tuple[type[AcquisitionFunction], dict[str, Any]]] | None
+        ) = None,
+        refit_on_cv: bool = False,
+        warm_start_refit: bool = True,
+        use_p_feasible: bool = True,
+        sketch_state: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(
+            surrogate_spec=surrogate_spec,
+            surrogate=surrogate,
+            acquisition_class=acquisition_class,
+            acquisition_options=acquisition_options,
+            botorch_acqf_class=botorch_acqf_class,
+            botorch_acqf_options=botorch_acqf_options,
+            botorch_acqf_classes_with_options=botorch_acqf_classes_with_options,
+            refit_on_cv=refit_on_cv,
+            warm_start_refit=warm_start_refit,
+            use_p_feasible=use_p_feasible,
+        )
+        if sketch_state is not None and not isinstance(sketch_state, dict):
+            raise ValueError(
+                "sketch_state must be a SketchState.to_dict() dict, got "
+                f"{type(sketch_state).__name__}."
+            )
+        self.sketch_state = sketch_state
+
+    def fit(
+        self,
+        datasets: Sequence[SupervisedDataset],
+        search_space_digest: SearchSpaceDigest,
+        candidate_metadata: Any = None,
+        state_dict: Any = None,
+        refit: bool = True,
+        **additional_model_inputs: Any,
+    ) -> None:
+        r"""``BoTorchGenerator.fit`` with the sketch state as the model's warm start.
+
+        The state is handed to the ``NystromGP`` configurations for this fit only
+        (the strategy's stored options do not change), and replaced by the new
+        model's state afterwards.
+        """
+        configs = (
+            self._nystrom_configs() if refit and _single_outcome(datasets) else []
+        )
+        for config in configs:
+            if self.sketch_state is not None:
+                config.model_options["warm_start"] = self.sketch_state
+        try:
+            super().fit(
+                datasets=datasets,
+                search_space_digest=search_space_digest,
+                candidate_metadata=candidate_metadata,
+                state_dict=state_dict,
+                refit=refit,
+                **additional_model_inputs,
+            )
+        finally:
+            for config in configs:
+                config.model_options.pop("warm_start", None)
+        model = self.surrogate.model
+        if configs and isinstance(model, NystromGP):
+            self.sketch_state = model.sketch_state().to_dict()
+
+    def _nystrom_configs(self) -> list[ModelConfig]:
+        spec = self.surrogate_spec
+        if spec is None:
+            return []
+        configs = list(spec.model_configs)
+        for config_list in spec.metric_to_model_configs.values():
+            configs.extend(config_list)
+        return [c for c in configs if c.botorch_model_class is NystromGP]
+
+    def _get_state(self) -> dict[str, Any]:
+        r"""``{"sketch_state": ...}``: what the next call starts from."""
+        state = super()._get_state()
+        if self.sketch_state is not None:
+            state["sketch_state"] = self.sketch_state
+        return state
+
+
+def _single_outcome(datasets: Sequence[SupervisedDataset]) -> bool:
+    return len(datasets) == 1 and datasets[0].Y.shape[-1] == 1
+
+
+#: Ax's generator setups plus ours.
+_SETUPS: dict[str, GeneratorSetup] = {
+    **GENERATOR_KEY_TO_GENERATOR_SETUP,
+    SKETCH_GENERATOR_KEY: GeneratorSetup(
+        adapter_class=TorchAdapter,
+        generator_class=SketchBoTorchGenerator,
+        transforms=MBM_X_trans + Y_trans,  # as Generators.BOTORCH_MODULAR
+        # Passed back at every fit; kept in generator_state_after_gen only.
+        not_saved_generator_kwargs=["sketch_state"],
+    ),
+}
+
+
+class SketchGenerators(GeneratorRegistryBase):
+    r"""Generator registry entries of this package (like Ax's ``Generators``)."""
+
+    BOTORCH_SKETCH = SKETCH_GENERATOR_KEY
+
+    @property
+    def GENERATOR_KEY_TO_GENERATOR_SETUP(self) -> dict[str, GeneratorSetup]:  # noqa: N802
+        return _SETUPS

@@ -1,0 +1,157 @@
+"""SketchBoTorchGenerator: NystromGP's sketch state carried between Ax calls."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from ax import Client, RangeParameterConfig
+from ax.adapter.registry import Generators
+from ax.generation_strategy.generation_node import GenerationNode
+from ax.generation_strategy.generation_strategy import GenerationStrategy
+from ax.generation_strategy.generator_spec import GeneratorSpec
+from ax.generation_strategy.transition_criterion import MinTrials
+from ax.generators.torch.botorch_modular.surrogate import SurrogateSpec
+from ax.generators.torch.botorch_modular.utils import ModelConfig
+from botorch.acquisition.monte_carlo import qUpperConfidenceBound
+
+import botorch_sketch.ax  # noqa: F401  (registers the generator enum)
+from botorch_sketch.ax.generator import SketchBoTorchGenerator, SketchGenerators
+from botorch_sketch.models import NystromGP
+from botorch_sketch.models.nystrom_fit import SketchState
+from tests.ax.helpers import FAST
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+N_INIT = 6
+
+
+def strategy() -> GenerationStrategy:
+    """Sobol, then NystromGP + qUCB through the sketch generator."""
+    surrogate = SurrogateSpec(
+        model_configs=[
+            ModelConfig(
+                botorch_model_class=NystromGP,
+                model_options={"seed": 0, "exact_max_n": 0, "max_dictionary_size": 6},
+            )
+        ]
+    )
+    return GenerationStrategy(
+        name="Sobol+sketch",
+        nodes=[
+            GenerationNode(
+                name="Sobol",
+                generator_specs=[
+                    GeneratorSpec(Generators.SOBOL, generator_kwargs={"seed": 0})
+                ],
+                transition_criteria=[
+                    MinTrials(threshold=N_INIT, transition_to="Sketch")
+                ],
+            ),
+            GenerationNode(
+                name="Sketch",
+                generator_specs=[
+                    GeneratorSpec(
+                        SketchGenerators.BOTORCH_SKETCH,
+                        generator_kwargs={
+                            "surrogate_spec": surrogate,
+                            "botorch_acqf_class": qUpperConfidenceBound,
+                            "warm_start_refit": False,
+                        },
+                        generator_gen_kwargs={
+                            "model_gen_options": {"optimizer_kwargs": FAST}
+                        },
+                    )
+                ],
+            ),
+        ],
+    )
+
+
+def client() -> Client:
+    c = Client(random_seed=0)
+    c.configure_experiment(
+        parameters=[
+            RangeParameterConfig(name=f"x{i}", parameter_type="float", bounds=(0, 1))
+            for i in range(2)
+        ]
+    )
+    c.configure_optimization(objective="f")
+    c.set_generation_strategy(strategy())
+    return c
+
+
+def run(c: Client, total: int) -> None:
+    while len(c._experiment.trials) < total:
+        for index, p in c.get_next_trials(max_trials=1).items():
+            x = torch.tensor([p["x0"], p["x1"]])
+            value = float(torch.sin(6 * x).sum())
+            c.complete_trial(index, raw_data={"f": round(8 * value) / 8})
+
+
+def test_state_is_stored_and_passed_back_as_warm_start(monkeypatch):
+    import botorch_sketch.models.nystrom as nystrom
+
+    received: list[object] = []
+    original = nystrom.fit_nystrom_gp
+
+    def spy(model, mll, fit_kwargs):
+        received.append(model.warm_start)
+        return original(model, mll, fit_kwargs)
+
+    monkeypatch.setattr(nystrom, "fit_nystrom_gp", spy)
+    c = client()
+    run(c, N_INIT + 3)
+    # The first model-based call starts cold, every later one from the state
+    # the previous call left in its generator run.
+    assert received[0] is None
+    assert len(received) >= 3
+    assert all(isinstance(w, SketchState) for w in received[1:])
+    runs = [gr for gr in c._generation_strategy._generator_runs if gr._generator_key]
+    last = runs[-1]
+    assert last._generator_key == "BoTorchSketch"
+    state = SketchState.from_dict(last._generator_state_after_gen["sketch_state"])
+    assert state.dictionary_rows.numel() <= 6
+    # Not also stored among the generator's kwargs of the run (kept once).
+    assert "sketch_state" not in (last._generator_kwargs or {})
+    generator = c._generation_strategy.adapter.generator
+    assert isinstance(generator, SketchBoTorchGenerator)
+    # The strategy's stored model options never carry the state.
+    config = generator.surrogate_spec.model_configs[0]
+    assert "warm_start" not in config.model_options
+
+
+CONTINUE = """
+import json, sys
+from ax import Client
+import botorch_sketch.ax
+from tests.ax.test_generator import run
+c = Client.load_from_json_file(sys.argv[1])
+# A reload does not restore the Client's seeded generation context (issue 13,
+# item 4, fixed in the strategies); seeding it isolates the sketch state here.
+c._random_seed = 0
+run(c, int(sys.argv[2]))
+print(json.dumps([t.arm.parameters for t in c._experiment.trials.values()]))
+"""
+
+
+def test_reloaded_run_continues_from_the_same_state(tmp_path):
+    uninterrupted = client()
+    run(uninterrupted, N_INIT + 5)
+    interrupted = client()
+    run(interrupted, N_INIT + 2)
+    path = tmp_path / "experiment.json"
+    interrupted.save_to_json_file(str(path))
+    result = subprocess.run(
+        [sys.executable, "-c", CONTINUE, str(path), str(N_INIT + 5)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env={"OMP_NUM_THREADS": "1", "PATH": ""},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    arms = json.loads(result.stdout.strip().splitlines()[-1])
+    assert arms == [t.arm.parameters for t in uninterrupted._experiment.trials.values()]
