@@ -21,6 +21,18 @@ The point that crosses the threshold belongs to the batch, so every proper prefi
 satisfies the rule. A batch reaching ``max_batch_size`` is cut off there (spec
 Sec. 3 item 8).
 
+When BBKB gives a parallel batch: the global rule spends ``C - 1`` units of
+batch-start variance in RLS units, ``sigma~^2 = var_GP / noise``. A point the model
+is unsure about (``var_GP`` above ``(C - 1)`` times the noise variance) ends the
+batch by itself, so early in a run, and at any time when the noise is small
+against the function's variations, batches have one point; they grow as the
+posterior variance at the UCB maximisers falls below the noise. A user with ``k``
+parallel workers sets ``min_batch_size=k``: the batch then continues past the
+rule's stop with the next points of the same greedy sequence (the UCB with the
+batch so far hallucinated, i.e. GP-BUCB's batch), which keeps the workers busy at
+the price of the rule's guarantee for those extra points (an extension, measured
+in ``benchmarks/results/ax_parallel.md``).
+
 Domains:
 
 - a box (``bounds``): each point by ``optimize_acqf(q=1)`` (multi-start L-BFGS-B);
@@ -79,6 +91,7 @@ def optimize_acqf_adaptive_batch(
     C: float | None = None,
     num_reference_points: int = 1024,
     seed: int | None = None,
+    min_batch_size: int = 1,
 ) -> tuple[Tensor, Tensor]:
     r"""Generate one BBKB batch whose size is chosen by a stopping rule.
 
@@ -119,6 +132,9 @@ def optimize_acqf_adaptive_batch(
         seed: Seed of every random choice (Sobol raw samples, Boltzmann
             initialisation, reference set). ``None``: drawn once from torch's global
             generator, so ``torch.manual_seed`` makes the call reproducible.
+        min_batch_size: Smallest batch (``1 <= min_batch_size <= max_batch_size``):
+            the greedy sequence continues past the rule's stop until it has this
+            many points (module docstring).
 
     Returns:
         ``(candidates, acq_values)``: a ``k x d`` tensor of points in selection order
@@ -129,6 +145,13 @@ def optimize_acqf_adaptive_batch(
     d = _validate_inputs(
         model, bounds, max_batch_size, X_pending, choices, allow_repeats, num_restarts
     )
+    if isinstance(min_batch_size, bool) or not (
+        isinstance(min_batch_size, int) and 1 <= min_batch_size <= max_batch_size
+    ):
+        raise ValueError(
+            "min_batch_size must be an int in [1, max_batch_size = "
+            f"{max_batch_size}], got {min_batch_size!r}."
+        )
     if not (isinstance(num_reference_points, int) and num_reference_points >= 1):
         raise ValueError(
             "num_reference_points must be a positive int, got "
@@ -163,6 +186,7 @@ def optimize_acqf_adaptive_batch(
     cap = max_batch_size
     if choices is not None and not allow_repeats:
         cap = min(cap, choices.shape[0])
+    stopped = False  # the rule's stop; the batch may go on up to min_batch_size
     for step in range(cap):
         if points:
             batch = torch.stack(points)
@@ -179,22 +203,23 @@ def optimize_acqf_adaptive_batch(
                 acqf, bounds, num_restarts, raw_samples, options, seed + step
             )
             arm = state.add_point(step, x)
-        with torch.no_grad():
-            current = float(acqf.rls_variance(x.unsqueeze(0)).squeeze())
-        stop = rule.update(arm, current)
         points.append(x)
         values.append(value)
-        if is_local and not stop and getattr(rule, "local", False):
-            stop = _batch_points_bound(state, points, rule) > rule.C
-        logger.debug(
-            "BBKB step %d: s2_fb=%.4g, s2_t=%.4g, bound=%.4g, stop=%s.",
-            step,
-            float(state.s2_0[arm]),
-            current,
-            rule.bound,
-            stop,
-        )
-        if stop:
+        if not stopped:
+            with torch.no_grad():
+                current = float(acqf.rls_variance(x.unsqueeze(0)).squeeze())
+            stopped = rule.update(arm, current)
+            if is_local and not stopped and getattr(rule, "local", False):
+                stopped = _batch_points_bound(state, points, rule) > rule.C
+            logger.debug(
+                "BBKB step %d: s2_fb=%.4g, s2_t=%.4g, bound=%.4g, stop=%s.",
+                step,
+                float(state.s2_0[arm]),
+                current,
+                rule.bound,
+                stopped,
+            )
+        if stopped and len(points) >= min_batch_size:
             break
     logger.info(
         "BBKB batch of %d point(s) (rule %s, C=%g, bound %.4g).",

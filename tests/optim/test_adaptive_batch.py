@@ -241,3 +241,27 @@ def test_float32_model_gives_the_float64_batch(model, choices):
     assert got.dtype == values.dtype == torch.float32
     assert torch.equal(got, ref.float())
     torch.testing.assert_close(values, ref_values.float(), atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("domain", ["choices", "box"])
+def test_min_batch_size_continues_the_greedy_sequence(model, choices, domain):
+    """Past the rule's stop the batch goes on with the same hallucinated-UCB
+    sequence, up to min_batch_size (k workers kept busy)."""
+    kw = {"choices": choices} if domain == "choices" else FAST
+    common = dict(alpha=0.5, max_batch_size=12, seed=1, C=1.0)
+    short, _ = optimize_acqf_adaptive_batch(model, BOUNDS, "global", **common, **kw)
+    assert short.shape[0] == 1  # C = 1: the rule stops at the first point
+    full, values = optimize_acqf_adaptive_batch(
+        model, BOUNDS, "global", min_batch_size=5, **common, **kw
+    )
+    assert full.shape[0] == 5
+    torch.testing.assert_close(full[:1], short)
+    if domain == "choices":
+        # The continuation is GP-BUCB's: each point is the exact argmax of the UCB
+        # with the batch so far hallucinated, so values never increase (on a box
+        # the multi-start optimiser's maxima are only local).
+        assert (values[1:] <= values[:-1] + 1e-9).all()
+    with pytest.raises(ValueError, match="min_batch_size"):
+        optimize_acqf_adaptive_batch(
+            model, BOUNDS, "global", min_batch_size=13, **common, **kw
+        )
