@@ -1,5 +1,15 @@
-r"""An Ax generator that keeps ``NystromGP``'s sketch between generation calls.
+r"""Our Ax generator: seeded calls, and ``NystromGP``'s sketch kept between them.
 
+**Seeds.** Ax's ``Client`` runs every generation inside its seeded random context,
+but a ``Client`` loaded from JSON has no seed, so a run that relied on it does not
+continue like the uninterrupted one (BoTorch's MC samplers, the raw samples and
+restarts of ``optimize_acqf`` and the retries of ``fit_gpytorch_mll`` draw from the
+global RNGs). :class:`SketchBoTorchGenerator` runs each fit and each generation
+inside ``with_rng_seed(seed, n)``: the strategy's ``seed`` combined with the number
+of observed (and pending) points, so the same experiment state always gets the
+same draws, whatever the global RNG state, in any process.
+
+**Sketch state.**
 Ax rebuilds the surrogate from all data at every call (Ax 1.3 refits whatever
 ``warm_start_refit`` says; generation never passes a state dict). What a generator
 may carry from one call to the next, also through Ax JSON, is its ``_get_state()``:
@@ -41,6 +51,8 @@ from ax.generators.torch.botorch_modular.acquisition import Acquisition
 from ax.generators.torch.botorch_modular.generator import BoTorchGenerator
 from ax.generators.torch.botorch_modular.surrogate import Surrogate, SurrogateSpec
 from ax.generators.torch.botorch_modular.utils import ModelConfig
+from ax.generators.torch_base import TorchGenResults, TorchOptConfig
+from ax.utils.common.random import with_rng_seed
 from botorch.acquisition.acquisition import AcquisitionFunction
 from botorch.utils.datasets import SupervisedDataset
 
@@ -55,9 +67,11 @@ SKETCH_GENERATOR_KEY = "BoTorchSketch"
 
 
 class SketchBoTorchGenerator(BoTorchGenerator):
-    r"""``BoTorchGenerator`` whose ``NystromGP`` keeps its sketch between calls.
+    r"""``BoTorchGenerator`` with seeded calls and ``NystromGP``'s sketch kept.
 
     Args:
+        seed: Base seed of every random draw of a fit or a generation
+            (module docstring); ``None``: Ax's context (unseeded after a reload).
         sketch_state: The previous fit's ``SketchState.to_dict()`` (Ax passes it
             back from the last generator run); ``None`` at the first call.
         Every other argument: as ``BoTorchGenerator`` (named one by one: Ax checks
@@ -78,6 +92,7 @@ class SketchBoTorchGenerator(BoTorchGenerator):
         refit_on_cv: bool = False,
         warm_start_refit: bool = True,
         use_p_feasible: bool = True,
+        seed: int | None = None,
         sketch_state: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
@@ -97,6 +112,9 @@ class SketchBoTorchGenerator(BoTorchGenerator):
                 "sketch_state must be a SketchState.to_dict() dict, got "
                 f"{type(sketch_state).__name__}."
             )
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"seed must be an int or None, got {seed!r}.")
+        self.seed = seed
         self.sketch_state = sketch_state
 
     def fit(
@@ -114,27 +132,49 @@ class SketchBoTorchGenerator(BoTorchGenerator):
         (the strategy's stored options do not change), and replaced by the new
         model's state afterwards.
         """
-        configs = (
-            self._nystrom_configs() if refit and _single_outcome(datasets) else []
-        )
+        configs = self._nystrom_configs() if refit and _single_outcome(datasets) else []
         for config in configs:
             if self.sketch_state is not None:
                 config.model_options["warm_start"] = self.sketch_state
         try:
-            super().fit(
-                datasets=datasets,
-                search_space_digest=search_space_digest,
-                candidate_metadata=candidate_metadata,
-                state_dict=state_dict,
-                refit=refit,
-                **additional_model_inputs,
-            )
+            with with_rng_seed(self._call_seed(_num_points(datasets))):
+                super().fit(
+                    datasets=datasets,
+                    search_space_digest=search_space_digest,
+                    candidate_metadata=candidate_metadata,
+                    state_dict=state_dict,
+                    refit=refit,
+                    **additional_model_inputs,
+                )
         finally:
             for config in configs:
                 config.model_options.pop("warm_start", None)
         model = self.surrogate.model
         if configs and isinstance(model, NystromGP):
             self.sketch_state = model.sketch_state().to_dict()
+
+    def gen(
+        self,
+        n: int,
+        search_space_digest: SearchSpaceDigest,
+        torch_opt_config: TorchOptConfig,
+    ) -> TorchGenResults:
+        r"""``BoTorchGenerator.gen`` inside this call's seeded random context."""
+        pending = torch_opt_config.pending_observations or []
+        num_pending = max((int(p.shape[0]) for p in pending), default=0)
+        num_points = _num_points(self.surrogate.training_data) + num_pending
+        with with_rng_seed(self._call_seed(num_points)):
+            return super().gen(
+                n=n,
+                search_space_digest=search_space_digest,
+                torch_opt_config=torch_opt_config,
+            )
+
+    def _call_seed(self, num_points: int) -> int | None:
+        """The seed of a call that sees ``num_points`` points (``None``: unseeded)."""
+        if self.seed is None:
+            return None
+        return (self.seed * 1_000_003 + num_points) % (2**31 - 1)
 
     def _nystrom_configs(self) -> list[ModelConfig]:
         spec = self.surrogate_spec
@@ -151,6 +191,10 @@ class SketchBoTorchGenerator(BoTorchGenerator):
         if self.sketch_state is not None:
             state["sketch_state"] = self.sketch_state
         return state
+
+
+def _num_points(datasets: Sequence[SupervisedDataset]) -> int:
+    return max((int(ds.X.shape[-2]) for ds in datasets), default=0)
 
 
 def _single_outcome(datasets: Sequence[SupervisedDataset]) -> bool:

@@ -21,11 +21,18 @@ adaptive-batch methods, :class:`~botorch_sketch.ax.AdaptiveBatchAcquisition`:
 Every option is stored in the strategy (Ax JSON) and validated here: an unknown
 name or option raises a ``ValueError`` that lists what exists.
 
-Reproducibility: the Sobol step and the model take ``seed``; the BBKB acquisition
-seeds each call from ``seed`` and the number of observed and pending points; and
-``warm_start_refit`` is off, so a fit never depends on the previous fit held in
-memory. The same experiment state therefore gives the same arms, also after saving
-and loading the experiment in a new process.
+The model-based node runs on
+:class:`~botorch_sketch.ax.generator.SketchBoTorchGenerator` (Ax's modular BoTorch
+generator plus seeds and state):
+
+- Reproducibility: every fit and generation runs in a random context seeded from
+  ``seed`` and the number of observed and pending points (the Sobol step and the
+  models take ``seed`` too), never from Ax's ``Client`` context, which a reloaded
+  ``Client`` no longer has; the same experiment state therefore gives the same
+  arms, also after saving and loading the experiment in a new process, whatever
+  the global torch/numpy RNG state.
+- State: ``NystromGP``'s hyperparameters and dictionary are carried from one call
+  to the next (``generator_state_after_gen``), refitted on a schedule.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ from botorch.acquisition.monte_carlo import qUpperConfidenceBound
 
 from botorch_sketch.acquisition.bbkb import BatchUpperConfidenceBound
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
+from botorch_sketch.ax.generator import SketchGenerators
 from botorch_sketch.models.goucb import GOUCBModel
 from botorch_sketch.models.gssbo import GradientSubsetGP
 from botorch_sketch.models.nystrom import NystromGP
@@ -292,6 +300,7 @@ def get_generation_strategy(name: str, **options: Any) -> GenerationStrategy:
     _validate_common(opts)
     generator_kwargs = recipe.generator_kwargs(opts)
     generator_kwargs["warm_start_refit"] = False
+    generator_kwargs["seed"] = opts["seed"]
     optimizer_kwargs = {
         "num_restarts": opts["num_restarts"],
         "raw_samples": opts["raw_samples"],
@@ -316,7 +325,7 @@ def get_generation_strategy(name: str, **options: Any) -> GenerationStrategy:
         name=recipe.node_name,
         generator_specs=[
             GeneratorSpec(
-                generator_enum=Generators.BOTORCH_MODULAR,
+                generator_enum=SketchGenerators.BOTORCH_SKETCH,
                 generator_kwargs=generator_kwargs,
                 generator_gen_kwargs={
                     "model_gen_options": {"optimizer_kwargs": optimizer_kwargs}

@@ -59,6 +59,7 @@ def strategy() -> GenerationStrategy:
                             "surrogate_spec": surrogate,
                             "botorch_acqf_class": qUpperConfidenceBound,
                             "warm_start_refit": False,
+                            "seed": 0,
                         },
                         generator_gen_kwargs={
                             "model_gen_options": {"optimizer_kwargs": FAST}
@@ -128,10 +129,7 @@ import json, sys
 from ax import Client
 import botorch_sketch.ax
 from tests.ax.test_generator import run
-c = Client.load_from_json_file(sys.argv[1])
-# A reload does not restore the Client's seeded generation context (issue 13,
-# item 4, fixed in the strategies); seeding it isolates the sketch state here.
-c._random_seed = 0
+c = Client.load_from_json_file(sys.argv[1])  # unseeded: the generator seeds itself
 run(c, int(sys.argv[2]))
 print(json.dumps([t.arm.parameters for t in c._experiment.trials.values()]))
 """

@@ -11,17 +11,23 @@ import pytest
 from ax import Client
 from ax.storage.botorch_modular_registry import MODEL_REGISTRY
 
-from botorch_sketch.ax import register_with_ax
+from botorch_sketch.ax import list_generation_strategies, register_with_ax
 from botorch_sketch.models import NystromGP
 from tests.ax.helpers import make_client, run_trials
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 CONTINUE_SCRIPT = """
-import json, sys
+import json, random, sys
+import numpy as np
+import torch
 from ax import Client
 import botorch_sketch.ax  # registers our classes with Ax's storage
 from tests.ax.helpers import run_trials
+# Whatever the global RNG state of the new process, the run must continue alike.
+torch.manual_seed(int(sys.argv[4]))
+np.random.seed(int(sys.argv[4]) + 1)
+random.seed(int(sys.argv[4]) + 2)
 client = Client.load_from_json_file(sys.argv[1])
 run_trials(client, sys.argv[2], total=int(sys.argv[3]), json_exact=True)
 arms = [t.arm.parameters for t in client._experiment.trials.values()]
@@ -33,17 +39,18 @@ def arms_of(client: Client) -> list[dict]:
     return [t.arm.parameters for t in client._experiment.trials.values()]
 
 
-@pytest.mark.parametrize("name", ["bbkb"])
+@pytest.mark.parametrize("name", sorted(list_generation_strategies()))
 def test_save_load_in_new_process_continues_like_uninterrupted_run(name, tmp_path):
     uninterrupted = make_client(name)
-    run_trials(uninterrupted, "branin", total=25, json_exact=True)
+    run_trials(uninterrupted, "branin", total=12, json_exact=True)
 
     interrupted = make_client(name)
-    run_trials(interrupted, "branin", total=15, json_exact=True)
+    run_trials(interrupted, "branin", total=8, json_exact=True)
     path = tmp_path / "experiment.json"
     interrupted.save_to_json_file(str(path))
+    seed = str(sum(map(ord, name)))  # a different global RNG state per strategy
     result = subprocess.run(
-        [sys.executable, "-c", CONTINUE_SCRIPT, str(path), "branin", "25"],
+        [sys.executable, "-c", CONTINUE_SCRIPT, str(path), "branin", "12", seed],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
