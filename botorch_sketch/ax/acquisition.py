@@ -16,6 +16,10 @@ Options (``acquisition_options`` of the generator, stored in Ax JSON):
   :func:`~botorch_sketch.bbkb.stopping.make_rule`; ``"bkb"`` gives batches of one.
 - ``C`` (``2.0``): the rule's threshold ``C~ >= 1``.
 - ``max_batch_size`` (``None``): cap on ``k`` besides ``n``.
+- ``min_batch_size`` (``1``): floor on ``k`` (at most ``n``): with ``k``
+  parallel workers, the batch continues past the rule's stop with the next
+  points of the same greedy sequence
+  (:func:`~botorch_sketch.optim.optimize_acqf_adaptive_batch`).
 - ``candidate_set`` (``None``): an ``A x d`` tensor (or nested list) of candidates
   in Ax's model space, which for float range parameters are their own units (Ax
   normalises inside the model); the batch is then picked from its rows.
@@ -42,11 +46,15 @@ import torch
 from ax.core.search_space import SearchSpaceDigest
 from ax.exceptions.core import SearchSpaceExhausted, UnsupportedError
 from ax.generators.torch.botorch_modular.acquisition import Acquisition
+from botorch.utils.sampling import draw_sobol_samples
 from torch import Tensor
 
 from botorch_sketch.acquisition.bbkb import BatchUpperConfidenceBound
 from botorch_sketch.bbkb.stopping import make_rule
-from botorch_sketch.optim.adaptive_batch import optimize_acqf_adaptive_batch
+from botorch_sketch.optim.adaptive_batch import (
+    StepOptimizer,
+    optimize_acqf_adaptive_batch,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +65,7 @@ ADAPTIVE_BATCH_OPTIONS: dict[str, Any] = {
     "rule": "global",
     "C": 2.0,
     "max_batch_size": None,
+    "min_batch_size": 1,
     "candidate_set": None,
     "allow_repeats": False,
     "seed": 0,
@@ -114,13 +123,8 @@ class AdaptiveBatchAcquisition(Acquisition):
             ``(candidates k x d, acquisition values k, arm weights k)`` in Ax's
             model space (weights are all one).
         """
-        _reject_unsupported(
-            search_space_digest,
-            inequality_constraints,
-            equality_constraints,
-            fixed_features,
-            sampling_strategy,
-        )
+        if sampling_strategy is not None:
+            raise UnsupportedError("BBKB strategies do not take a sampling_strategy.")
         max_batch_size = n
         if self._option("max_batch_size") is not None:
             max_batch_size = min(n, int(self._option("max_batch_size")))
@@ -133,6 +137,32 @@ class AdaptiveBatchAcquisition(Acquisition):
         acqf: BatchUpperConfidenceBound = self.acqf
         seed = int(self._option("seed")) + _num_rows(self.X_observed)
         seed += _num_rows(self.X_pending)
+        step_optimizer, reference = None, None
+        if choices is None and not _is_plain_box(
+            search_space_digest,
+            inequality_constraints,
+            equality_constraints,
+            fixed_features,
+        ):
+            # Integer / choice / ordered parameters, parameter constraints or
+            # fixed features: each greedy step is Ax's own optimisation of the
+            # batch UCB over that domain (BoTorch's discrete, mixed-alternating or
+            # constrained optimisers), rounded to valid values by Ax.
+            step_optimizer = self._ax_step_optimizer(
+                search_space_digest,
+                inequality_constraints,
+                equality_constraints,
+                fixed_features,
+                rounding_func,
+                optimizer_options,
+            )
+            reference = _domain_reference_points(
+                bounds,
+                int(self._option("num_reference_points")),
+                seed,
+                rounding_func,
+                inequality_constraints,
+            )
         candidates, values = optimize_acqf_adaptive_batch(
             self._model,
             bounds=bounds,
@@ -149,8 +179,11 @@ class AdaptiveBatchAcquisition(Acquisition):
             posterior_transform=acqf.posterior_transform,
             num_reference_points=int(self._option("num_reference_points")),
             seed=seed,
+            min_batch_size=min(int(self._option("min_batch_size")), max_batch_size),
+            step_optimizer=step_optimizer,
+            reference_points=reference,
         )
-        if rounding_func is not None and choices is None:
+        if rounding_func is not None and choices is None and step_optimizer is None:
             # Library rows are kept exactly as given (Ax's rounding callback goes
             # through numpy and the parameter transforms and can move a row by
             # ~1e-8, off the library).
@@ -163,6 +196,35 @@ class AdaptiveBatchAcquisition(Acquisition):
             values.to(dtype=self.dtype, device=self.device),
             weights,
         )
+
+    def _ax_step_optimizer(
+        self,
+        search_space_digest: SearchSpaceDigest,
+        inequality_constraints: Any,
+        equality_constraints: Any,
+        fixed_features: Any,
+        rounding_func: Any,
+        optimizer_options: dict[str, Any] | None,
+    ) -> StepOptimizer:
+        r"""One greedy step = ``Acquisition.optimize(n=1)`` on the batch UCB."""
+
+        def step(acqf: BatchUpperConfidenceBound, index: int) -> tuple[Tensor, Tensor]:
+            original, self.acqf = self.acqf, acqf
+            try:
+                x, value, _ = super(AdaptiveBatchAcquisition, self).optimize(
+                    n=1,
+                    search_space_digest=search_space_digest,
+                    inequality_constraints=inequality_constraints,
+                    equality_constraints=equality_constraints,
+                    fixed_features=fixed_features,
+                    rounding_func=rounding_func,
+                    optimizer_options=dict(optimizer_options or {}),
+                )
+            finally:
+                self.acqf = original
+            return x.reshape(-1), value.reshape(-1)[0]
+
+        return step
 
     def _choices(
         self, candidate_set: Tensor | None, d: int, allow_repeats: bool
@@ -208,24 +270,46 @@ def _num_rows(X: Tensor | None) -> int:
     return 0 if X is None else int(X.shape[0])
 
 
-def _reject_unsupported(
+def _is_plain_box(
     ssd: SearchSpaceDigest,
     inequality_constraints: Any,
     equality_constraints: Any,
     fixed_features: Any,
-    sampling_strategy: Any,
-) -> None:
-    if inequality_constraints or equality_constraints:
-        raise UnsupportedError(
-            "BBKB strategies do not support parameter constraints."
-        )
-    if fixed_features:
-        raise UnsupportedError("BBKB strategies do not support fixed features.")
-    if sampling_strategy is not None:
-        raise UnsupportedError("BBKB strategies do not take a sampling_strategy.")
-    if ssd.discrete_choices or ssd.categorical_features or ssd.ordinal_features:
-        raise UnsupportedError(
-            "BBKB strategies support float range parameters only (give a "
-            "candidate_set for a finite library of points)."
-        )
+) -> bool:
+    r"""Whether the domain is the whole box of float parameters."""
+    return not (
+        ssd.discrete_choices
+        or ssd.categorical_features
+        or ssd.ordinal_features
+        or inequality_constraints
+        or equality_constraints
+        or fixed_features
+    )
 
+
+def _domain_reference_points(
+    bounds: Tensor,
+    num_points: int,
+    seed: int,
+    rounding_func: Callable[[Tensor], Tensor] | None,
+    inequality_constraints: list[tuple[Tensor, Tensor, float]] | None,
+) -> Tensor:
+    r"""Sobol points of the box moved onto the domain (the local rule's reference).
+
+    Rounded to valid values by Ax's ``rounding_func`` and restricted to the points
+    that satisfy the linear inequality constraints (Lemma 3's bound then holds on
+    points of the domain, see :mod:`botorch_sketch.optim.adaptive_batch`).
+    """
+    points = draw_sobol_samples(bounds, n=num_points, q=1, seed=seed + 7919)
+    points = points.squeeze(-2)
+    if rounding_func is not None:
+        points = torch.stack([rounding_func(p) for p in points])
+    for indices, coefficients, rhs in inequality_constraints or []:
+        lhs = (points[:, indices.long()] * coefficients.to(points)).sum(-1)
+        points = points[lhs >= rhs - 1e-9]
+    if points.shape[0] == 0:
+        raise ValueError(
+            "no reference point of the local rule satisfies the parameter "
+            "constraints; use the global rule ('bbkb') for this search space."
+        )
+    return points

@@ -9,6 +9,10 @@ inside ``with_rng_seed(seed, n)``: the strategy's ``seed`` combined with the num
 of observed (and pending) points, so the same experiment state always gets the
 same draws, whatever the global RNG state, in any process.
 
+**Multi-objective experiments.** A strategy whose acquisition function is
+single-objective (qUCB) gets Ax's multi-objective default, qLogNEHVI, on the same
+models when the experiment has several objectives.
+
 **Sketch state.**
 Ax rebuilds the surrogate from all data at every call (Ax 1.3 refits whatever
 ``warm_start_refit`` says; generation never passes a state dict). What a generator
@@ -54,6 +58,10 @@ from ax.generators.torch.botorch_modular.utils import ModelConfig
 from ax.generators.torch_base import TorchGenResults, TorchOptConfig
 from ax.utils.common.random import with_rng_seed
 from botorch.acquisition.acquisition import AcquisitionFunction
+from botorch.acquisition.monte_carlo import qUpperConfidenceBound
+from botorch.acquisition.multi_objective.logei import (
+    qLogNoisyExpectedHypervolumeImprovement,
+)
 from botorch.utils.datasets import SupervisedDataset
 
 from botorch_sketch.models.nystrom import NystromGP
@@ -64,6 +72,12 @@ __all__ = ["SKETCH_GENERATOR_KEY", "SketchBoTorchGenerator", "SketchGenerators"]
 
 #: Registry key of :class:`SketchBoTorchGenerator` (stored in generator runs).
 SKETCH_GENERATOR_KEY = "BoTorchSketch"
+
+#: Single-objective acquisition functions a multi-objective experiment replaces by
+#: :data:`MULTI_OBJECTIVE_ACQF` (a strategy's model works for any number of
+#: outcomes; its acquisition function may not).
+SINGLE_OBJECTIVE = (qUpperConfidenceBound,)
+MULTI_OBJECTIVE_ACQF = qLogNoisyExpectedHypervolumeImprovement
 
 
 class SketchBoTorchGenerator(BoTorchGenerator):
@@ -163,12 +177,28 @@ class SketchBoTorchGenerator(BoTorchGenerator):
         pending = torch_opt_config.pending_observations or []
         num_pending = max((int(p.shape[0]) for p in pending), default=0)
         num_points = _num_points(self.surrogate.training_data) + num_pending
-        with with_rng_seed(self._call_seed(num_points)):
-            return super().gen(
-                n=n,
-                search_space_digest=search_space_digest,
-                torch_opt_config=torch_opt_config,
+        acqf = (self._botorch_acqf_class, self._botorch_acqf_options)
+        if torch_opt_config.is_moo and self._botorch_acqf_class in SINGLE_OBJECTIVE:
+            # qUCB has no multi-objective form: the model's posterior goes to
+            # Ax's multi-objective default, qLogNEHVI, for this call.
+            logger.info(
+                "%s: multi-objective experiment, using %s.",
+                self._botorch_acqf_class.__name__,
+                MULTI_OBJECTIVE_ACQF.__name__,
             )
+            self._botorch_acqf_class, self._botorch_acqf_options = (
+                MULTI_OBJECTIVE_ACQF,
+                {},
+            )
+        try:
+            with with_rng_seed(self._call_seed(num_points)):
+                return super().gen(
+                    n=n,
+                    search_space_digest=search_space_digest,
+                    torch_opt_config=torch_opt_config,
+                )
+        finally:
+            self._botorch_acqf_class, self._botorch_acqf_options = acqf
 
     def _call_seed(self, num_points: int) -> int | None:
         """The seed of a call that sees ``num_points`` points (``None``: unseeded)."""

@@ -17,10 +17,15 @@ from ax.storage.botorch_modular_registry import (
     register_acquisition_function,
     register_model,
 )
-from ax.storage.json_store.registry import CORE_DECODER_REGISTRY
+from ax.storage.json_store.encoders import transition_criterion_to_dict
+from ax.storage.json_store.registry import (
+    CORE_DECODER_REGISTRY,
+    CORE_ENCODER_REGISTRY,
+)
 
 from botorch_sketch.acquisition.bbkb import BatchUpperConfidenceBound
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
+from botorch_sketch.ax.checks import ExperimentCheck
 from botorch_sketch.ax.generator import SketchGenerators
 from botorch_sketch.models.goucb import GOUCBModel
 from botorch_sketch.models.gssbo import GradientSubsetGP
@@ -36,11 +41,13 @@ ACQUISITION_FUNCTIONS = (BatchUpperConfidenceBound,)
 ACQUISITIONS = (AdaptiveBatchAcquisition,)
 #: Our generator registry enums (Ax JSON stores an enum by its class name).
 GENERATOR_ENUMS = (SketchGenerators,)
+#: Our transition criteria (stored like Ax's, by their constructor arguments).
+TRANSITION_CRITERIA = (ExperimentCheck,)
 
 
 def register_with_ax() -> None:
-    r"""Register our models, acquisition functions, ``Acquisition`` classes and
-    generator enums."""
+    r"""Register our models, acquisition functions, ``Acquisition`` classes,
+    generator enums and transition criteria."""
     for model in MODELS:
         if model not in MODEL_REGISTRY:
             register_model(model)
@@ -52,3 +59,6 @@ def register_with_ax() -> None:
             register_acquisition(acquisition)
     for enum in GENERATOR_ENUMS:
         CORE_DECODER_REGISTRY.setdefault(enum.__name__, enum)
+    for criterion in TRANSITION_CRITERIA:
+        CORE_ENCODER_REGISTRY.setdefault(criterion, transition_criterion_to_dict)
+        CORE_DECODER_REGISTRY.setdefault(criterion.__name__, criterion)

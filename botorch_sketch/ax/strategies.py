@@ -37,11 +37,11 @@ generator plus seeds and state):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from ax.adapter.registry import Generators
 from ax.generation_strategy.generation_node import GenerationNode
 from ax.generation_strategy.generation_strategy import GenerationStrategy
@@ -53,10 +53,17 @@ from botorch.acquisition.monte_carlo import qUpperConfidenceBound
 
 from botorch_sketch.acquisition.bbkb import BatchUpperConfidenceBound
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
+from botorch_sketch.ax.checks import ExperimentCheck
 from botorch_sketch.ax.generator import SketchGenerators
+from botorch_sketch.ax.options import validate_options
 from botorch_sketch.models.goucb import GOUCBModel
 from botorch_sketch.models.gssbo import GradientSubsetGP
-from botorch_sketch.models.nystrom import NystromGP
+from botorch_sketch.models.nystrom import (
+    DEFAULT_EXACT_MAX_N,
+    DEFAULT_FIT_SUBSET_SIZE,
+    DEFAULT_MAX_DICTIONARY_SIZE,
+    NystromGP,
+)
 
 __all__ = [
     "StrategyRecipe",
@@ -83,6 +90,8 @@ class StrategyRecipe:
         summary: One line for :func:`list_generation_strategies`.
         options: Method options and their defaults (besides ``COMMON_OPTIONS``).
         generator_kwargs: ``options -> generator_kwargs`` of the model-based node.
+        single_objective: The method optimises one objective without outcome
+            constraints (checked against the experiment at the first call).
     """
 
     name: str
@@ -90,28 +99,43 @@ class StrategyRecipe:
     summary: str
     generator_kwargs: Callable[[dict[str, Any]], dict[str, Any]]
     options: Mapping[str, Any] = field(default_factory=dict)
+    single_objective: bool = False
 
 
 # -------------------------------------------------------------------------------
 # BKB / BBKB
 # -------------------------------------------------------------------------------
 
+#: ``NystromGP`` options a strategy exposes (the sketch budget, the
+#: hyperparameter fit and its schedule between calls), with the model's defaults.
+_SKETCH_OPTIONS: dict[str, Any] = {
+    "q_bar": 2.0,
+    "max_dictionary_size": DEFAULT_MAX_DICTIONARY_SIZE,
+    "fit_subset_size": DEFAULT_FIT_SUBSET_SIZE,
+    "exact_max_n": DEFAULT_EXACT_MAX_N,
+    "refit_growth": 0.25,
+    "refit_tolerance": 0.05,
+    "refit_max_iterations": 50,
+}
 _NYSTROM_OPTIONS: dict[str, Any] = {
     "beta": None,
     "alpha": None,
-    "q_bar": 2.0,
-    "max_dictionary_size": None,
+    **_SKETCH_OPTIONS,
     "candidate_set": None,
     "allow_repeats": False,
 }
-_BBKB_OPTIONS: dict[str, Any] = {**_NYSTROM_OPTIONS, "C": 2.0, "max_batch_size": None}
+_BBKB_OPTIONS: dict[str, Any] = {
+    **_NYSTROM_OPTIONS,
+    "C": 2.0,
+    "max_batch_size": None,
+    "min_batch_size": 1,
+}
 
 
 def _nystrom_kwargs(rule: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     def build(opts: dict[str, Any]) -> dict[str, Any]:
-        model_options = {"seed": opts["seed"], "q_bar": float(opts["q_bar"])}
-        if opts["max_dictionary_size"] is not None:
-            model_options["max_dictionary_size"] = int(opts["max_dictionary_size"])
+        model_options = {"seed": opts["seed"]}
+        model_options.update({key: opts[key] for key in _SKETCH_OPTIONS})
         acqf_options = {
             key: float(opts[key]) for key in ("alpha", "beta") if opts[key] is not None
         }
@@ -119,8 +143,9 @@ def _nystrom_kwargs(rule: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
             "rule": rule,
             "C": float(opts.get("C", 1.0)),
             "max_batch_size": opts.get("max_batch_size"),
+            "min_batch_size": opts.get("min_batch_size", 1),
             "candidate_set": opts["candidate_set"],
-            "allow_repeats": bool(opts["allow_repeats"]),
+            "allow_repeats": opts["allow_repeats"],
             "seed": opts["seed"],
         }
         return {
@@ -170,16 +195,10 @@ def _qucb_kwargs(
 
 def _gssbo_kwargs(mode: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     def build(opts: dict[str, Any]) -> dict[str, Any]:
-        size, n0 = opts["subset_size"], opts["initialization_budget"]
-        if isinstance(size, bool) or not isinstance(size, int) or size <= n0 + 1:
-            raise ValueError(
-                f"subset_size must be an int > initialization_budget + 1 = {n0 + 1} "
-                f"(the Sobol points and the newest point are always in), got {size!r}."
-            )
         model_options = {
-            "subset_size": size,
+            "subset_size": opts["subset_size"],
             "mode": mode,
-            "n_initial": n0,
+            "n_initial": opts["initialization_budget"],
             "seed": opts["seed"],
         }
         return _qucb_kwargs(GradientSubsetGP, model_options, opts["beta"])
@@ -189,8 +208,6 @@ def _gssbo_kwargs(mode: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 def _goucb_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
     lam = opts["lambda_"]
-    if not (isinstance(lam, int | float) and math.isfinite(lam) and lam > 0):
-        raise ValueError(f"lambda_ must be a finite number > 0, got {lam!r}.")
     # paper_phases: the network is fitted once on the Sobol points (GO-UCB's Phase
     # I) and later points only update the linearized confidence set (Phase II).
     # Otherwise the network is refitted on all data at every generation.
@@ -214,6 +231,7 @@ _RECIPES: dict[str, StrategyRecipe] = {
             "per batch (Calandriello et al., COLT 2019)",
             generator_kwargs=_nystrom_kwargs("bkb"),
             options=_NYSTROM_OPTIONS,
+            single_objective=True,
         ),
         StrategyRecipe(
             name="bbkb",
@@ -222,6 +240,7 @@ _RECIPES: dict[str, StrategyRecipe] = {
             "et al., ICML 2020)",
             generator_kwargs=_nystrom_kwargs("global"),
             options=_BBKB_OPTIONS,
+            single_objective=True,
         ),
         StrategyRecipe(
             name="bbkb-local",
@@ -230,6 +249,7 @@ _RECIPES: dict[str, StrategyRecipe] = {
             "2020 Lemma 3)",
             generator_kwargs=_nystrom_kwargs("global_local"),
             options=_BBKB_OPTIONS,
+            single_objective=True,
         ),
         StrategyRecipe(
             name="gssbo",
@@ -297,7 +317,7 @@ def get_generation_strategy(name: str, **options: Any) -> GenerationStrategy:
             f"{sorted(opts)}."
         )
     opts.update(options)
-    _validate_common(opts)
+    validate_options(opts)
     generator_kwargs = recipe.generator_kwargs(opts)
     generator_kwargs["warm_start_refit"] = False
     generator_kwargs["seed"] = opts["seed"]
@@ -314,11 +334,19 @@ def get_generation_strategy(name: str, **options: Any) -> GenerationStrategy:
             )
         ],
         transition_criteria=[
+            # First: validates the strategy against the experiment at the first
+            # generation call, before any trial (it never blocks the transition).
+            ExperimentCheck(
+                transition_to=recipe.node_name,
+                strategy=name,
+                single_objective=recipe.single_objective,
+                candidate_width=_candidate_width(opts.get("candidate_set")),
+            ),
             MinTrials(
                 threshold=opts["initialization_budget"],
                 transition_to=recipe.node_name,
                 use_all_trials_in_exp=True,
-            )
+            ),
         ],
     )
     model_node = GenerationNode(
@@ -340,30 +368,11 @@ def get_generation_strategy(name: str, **options: Any) -> GenerationStrategy:
 
 def _recipe(name: str) -> StrategyRecipe:
     if name not in _RECIPES:
-        raise ValueError(
-            f"Unknown strategy {name!r}; available: {sorted(_RECIPES)}."
-        )
+        raise ValueError(f"Unknown strategy {name!r}; available: {sorted(_RECIPES)}.")
     return _RECIPES[name]
 
 
-def _validate_common(opts: dict[str, Any]) -> None:
-    for key in ("initialization_budget", "num_restarts", "raw_samples"):
-        _check_positive_int(opts[key], key)
-    if opts.get("max_batch_size") is not None:
-        _check_positive_int(opts["max_batch_size"], "max_batch_size")
-    seed = opts["seed"]
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}.")
-    for key in ("beta", "alpha", "C", "q_bar"):
-        value = opts.get(key)
-        if value is not None and not (
-            isinstance(value, int | float) and math.isfinite(value) and value >= 0
-        ):
-            raise ValueError(f"{key} must be a finite number >= 0, got {value!r}.")
-    if opts.get("C") is not None and opts["C"] < 1:
-        raise ValueError(f"C must be >= 1, got {opts['C']!r}.")
-
-
-def _check_positive_int(value: Any, key: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{key} must be a positive int, got {value!r}.")
+def _candidate_width(candidate_set: Any) -> int | None:
+    if candidate_set is None:
+        return None
+    return int(torch.as_tensor(candidate_set, dtype=torch.float64).shape[-1])

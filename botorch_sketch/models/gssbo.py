@@ -93,11 +93,16 @@ class GradientSubsetGP(ModelOptionsMixin, SingleTaskGP):
             selection (``None`` if no gradient-based selection ran: ``N <= M``
             or ``mode="random"``, which fits no pilot and computes no gradient).
 
+    One subset is chosen for one outcome, so several outcomes take one model each
+    (``_supports_batched_models = False``: Ax then builds a model list).
+
     Example:
         >>> model = GradientSubsetGP(X, Y, subset_size=100, n_initial=20, seed=0)
         >>> fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
         >>> acqf = UpperConfidenceBound(model, beta=2.0)
     """
+
+    _supports_batched_models = False
 
     def __init__(
         self,

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -66,7 +67,10 @@ from botorch_sketch.models.nystrom import NystromGP
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["optimize_acqf_adaptive_batch"]
+__all__ = ["StepOptimizer", "optimize_acqf_adaptive_batch"]
+
+#: ``step_optimizer(acqf, step) -> (x, value)``: one greedy step over the domain.
+StepOptimizer = Callable[[BatchUpperConfidenceBound, int], tuple[Tensor, Tensor]]
 
 #: Candidates evaluated at once on the finite path.
 DISCRETE_CHUNK_SIZE = 4096
@@ -92,6 +96,8 @@ def optimize_acqf_adaptive_batch(
     num_reference_points: int = 1024,
     seed: int | None = None,
     min_batch_size: int = 1,
+    step_optimizer: StepOptimizer | None = None,
+    reference_points: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""Generate one BBKB batch whose size is chosen by a stopping rule.
 
@@ -135,6 +141,14 @@ def optimize_acqf_adaptive_batch(
         min_batch_size: Smallest batch (``1 <= min_batch_size <= max_batch_size``):
             the greedy sequence continues past the rule's stop until it has this
             many points (module docstring).
+        step_optimizer: On a box, a replacement for the per-step
+            ``optimize_acqf(q=1)``: ``step_optimizer(acqf, step) -> (x, value)``
+            maximises the batch UCB ``acqf`` (its pending points already set) over
+            the domain, e.g. a mixed, discrete or constrained one (Ax's
+            ``Acquisition.optimize`` does this for the Ax strategies).
+        reference_points: On a box, the local rule's reference set (default:
+            ``num_reference_points`` Sobol points of the box); give points of the
+            actual domain when it is not the whole box.
 
     Returns:
         ``(candidates, acq_values)``: a ``k x d`` tensor of points in selection order
@@ -173,7 +187,9 @@ def optimize_acqf_adaptive_batch(
     else:
         bounds = bounds.to(dtype)
         reference = None
-        if is_local:
+        if is_local and reference_points is not None:
+            reference = reference_points.to(dtype)
+        elif is_local:
             reference = draw_sobol_samples(
                 bounds, n=num_reference_points, q=1, seed=seed + 7919
             ).squeeze(-2)
@@ -199,9 +215,13 @@ def optimize_acqf_adaptive_batch(
             x = choices[idx]
             arm = idx
         else:
-            x, value = _optimize_box(
-                acqf, bounds, num_restarts, raw_samples, options, seed + step
-            )
+            if step_optimizer is None:
+                x, value = _optimize_box(
+                    acqf, bounds, num_restarts, raw_samples, options, seed + step
+                )
+            else:
+                x, value = step_optimizer(acqf, step)
+                x, value = x.detach().reshape(-1).to(dtype), value.detach().reshape(())
             arm = state.add_point(step, x)
         points.append(x)
         values.append(value)

@@ -42,7 +42,7 @@ def test_unknown_option_lists_known():
     [
         ({"initialization_budget": 0}, "initialization_budget"),
         ({"seed": -1}, "seed"),
-        ({"C": 0.5}, "C must be >= 1"),
+        ({"C": 0.5}, "C must be a finite number >= 1"),
         ({"beta": float("nan")}, "beta"),
         ({"max_batch_size": 0}, "max_batch_size"),
         ({"raw_samples": 2.5}, "raw_samples"),

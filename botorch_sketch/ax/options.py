@@ -1,0 +1,131 @@
+r"""Validation of the named strategies' options, before any trial exists.
+
+Every option a strategy takes is checked here, in ``get_generation_strategy``: a
+wrong type or value raises a ``ValueError`` that names the option, what it must
+be and what was given. What depends on the experiment (the search space's
+dimension, the optimization config) is checked at the first generation call by
+:class:`~botorch_sketch.ax.checks.ExperimentCheck`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["validate_options"]
+
+Validator = Callable[[Any, str], None]
+
+
+def _positive_int(value: Any, key: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{key} must be a positive int, got {value!r}.")
+
+
+def _non_negative_int(value: Any, key: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{key} must be a non-negative int, got {value!r}.")
+
+
+def _finite(low: float, strict: bool) -> Validator:
+    def check(value: Any, key: str) -> None:
+        ok = (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and (value > low if strict else value >= low)
+        )
+        if not ok:
+            sign = ">" if strict else ">="
+            raise ValueError(
+                f"{key} must be a finite number {sign} {low}, got {value!r}."
+            )
+
+    return check
+
+
+def _boolean(value: Any, key: str) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be True or False, got {value!r}.")
+
+
+def _candidate_set(value: Any, key: str) -> None:
+    try:
+        rows = torch.as_tensor(value, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(
+            f"{key} must be a numeric A x d table (a tensor or equal-length rows), "
+            f"got {type(value).__name__}: {err}"
+        ) from err
+    if rows.dim() != 2 or rows.shape[0] == 0 or rows.shape[1] == 0:
+        raise ValueError(
+            f"{key} must be a non-empty A x d table, got shape {tuple(rows.shape)}."
+        )
+    if not bool(torch.isfinite(rows).all()):
+        raise ValueError(f"{key} contains NaN or Inf.")
+
+
+def _optional(check: Validator) -> Validator:
+    def optional(value: Any, key: str) -> None:
+        if value is not None:
+            check(value, key)
+
+    return optional
+
+
+#: How each option is checked (the options of every strategy are listed here).
+VALIDATORS: dict[str, Validator] = {
+    "initialization_budget": _positive_int,
+    "num_restarts": _positive_int,
+    "raw_samples": _positive_int,
+    "seed": _non_negative_int,
+    "beta": _optional(_finite(0.0, strict=False)),
+    "alpha": _optional(_finite(0.0, strict=False)),
+    "C": _finite(1.0, strict=False),
+    "q_bar": _finite(0.0, strict=True),
+    "max_dictionary_size": _optional(_positive_int),
+    "fit_subset_size": _optional(_positive_int),
+    "exact_max_n": _non_negative_int,
+    "refit_growth": _finite(0.0, strict=False),
+    "refit_tolerance": _finite(0.0, strict=False),
+    "refit_max_iterations": _positive_int,
+    "max_batch_size": _optional(_positive_int),
+    "min_batch_size": _positive_int,
+    "candidate_set": _optional(_candidate_set),
+    "allow_repeats": _boolean,
+    "paper_phases": _boolean,
+    "subset_size": _positive_int,
+    "lambda_": _finite(0.0, strict=True),
+}
+
+
+def validate_options(options: Mapping[str, Any]) -> None:
+    r"""Check every option and the ones that constrain each other.
+
+    Raises:
+        ValueError: Naming the option and the problem.
+    """
+    for key, value in options.items():
+        VALIDATORS[key](value, key)
+    if options.get("alpha") is not None and options.get("beta") is not None:
+        raise ValueError(
+            "give either alpha (BBKB's width, RLS units) or beta (BoTorch's UCB "
+            f"beta), not both; got alpha={options['alpha']!r}, "
+            f"beta={options['beta']!r}."
+        )
+    cap = options.get("max_batch_size")
+    if cap is not None and options.get("min_batch_size", 1) > cap:
+        raise ValueError(
+            f"min_batch_size={options['min_batch_size']!r} exceeds "
+            f"max_batch_size={cap!r}."
+        )
+    if "subset_size" in options:
+        size, n0 = options["subset_size"], options["initialization_budget"]
+        if size <= n0 + 1:
+            raise ValueError(
+                f"subset_size must be an int > initialization_budget + 1 = {n0 + 1} "
+                f"(the Sobol points and the newest point are always in), got {size!r}."
+            )
