@@ -48,6 +48,7 @@ def test_seeded_runs_reproduce_exactly():
     assert not torch.equal(a.arms[:1], c.arms[:1]) or not torch.equal(a.arms, c.arms)
 
 
+@pytest.mark.outcome
 def test_result_bookkeeping_and_horizon_cut():
     X, f = problem()
     res = run(X, f, 150, seed=0)
@@ -63,6 +64,7 @@ def test_result_bookkeeping_and_horizon_cut():
     assert res.final_state is not None and res.final_state.dict_size >= 1
 
 
+@pytest.mark.outcome
 def test_batch_sizes_grow_on_smooth_problem():
     X, f = problem(A=2000, seed=1)
     res = run(X, f, 600, seed=0)
@@ -143,6 +145,7 @@ def test_exact_baselines():
     assert uni.regret.sum() / uniform_regret(f, 500) == pytest.approx(1.0, abs=0.15)
 
 
+@pytest.mark.outcome
 def test_botorch_fixed_q_baseline():
     X, f = problem(A=80)
 
@@ -276,6 +279,7 @@ def _pinned_run(name: str):
     )
 
 
+@pytest.mark.outcome
 @pytest.mark.parametrize("name", sorted(PINNED))
 def test_choices_pinned_against_pre_speedup_code(name):
     num_batches, checksum, first = PINNED[name]
