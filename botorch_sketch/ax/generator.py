@@ -251,4 +251,5 @@ class SketchGenerators(GeneratorRegistryBase):
 
     @property
     def GENERATOR_KEY_TO_GENERATOR_SETUP(self) -> dict[str, GeneratorSetup]:  # noqa: N802
+        """Ax's generator setups plus :class:`SketchBoTorchGenerator`'s."""
         return _SETUPS

@@ -99,6 +99,7 @@ VALIDATORS: dict[str, Validator] = {
     "paper_phases": _boolean,
     "subset_size": _positive_int,
     "lambda_": _finite(0.0, strict=True),
+    "oracle_steps": _positive_int,
 }
 
 

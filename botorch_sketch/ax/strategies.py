@@ -180,7 +180,12 @@ def _nystrom_kwargs(rule: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
 # -------------------------------------------------------------------------------
 
 _GSSBO_OPTIONS: dict[str, Any] = {"beta": 2.0, "subset_size": 100}
-_GOUCB_OPTIONS: dict[str, Any] = {"beta": 4.0, "lambda_": 1.0, "paper_phases": False}
+_GOUCB_OPTIONS: dict[str, Any] = {
+    "beta": 4.0,
+    "lambda_": 1.0,
+    "paper_phases": False,
+    "oracle_steps": 2000,
+}
 
 
 def _qucb_kwargs(
@@ -224,6 +229,7 @@ def _goucb_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
         "n_init": n_init,
         "lambda_": float(lam),
         "seed": opts["seed"],
+        "oracle": {"steps": opts["oracle_steps"]},
     }
     return _qucb_kwargs(GOUCBModel, model_options, opts["beta"])
 

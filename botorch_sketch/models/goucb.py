@@ -60,6 +60,7 @@ row, no refit). Not supported: multi-output data, batched training data,
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from copy import deepcopy
 from typing import Any
 
@@ -121,7 +122,7 @@ class GOUCBModel(ModelOptionsMixin, Model):
         noise_variance: float = 1.0,
         linearization: str = "replay",
         phase1_in_sigma: bool | None = None,
-        oracle: OracleOptions | None = None,
+        oracle: OracleOptions | Mapping[str, Any] | None = None,
         seed: int = 0,
         fit: bool = True,
     ) -> None:
@@ -149,7 +150,8 @@ class GOUCBModel(ModelOptionsMixin, Model):
                 ``w_hat_0``) for Phase II rows.
             phase1_in_sigma: Also put Phase I rows into ``Sigma``, linearized at
                 ``w_hat_0`` (not in the paper). Default: ``n_init is None``.
-            oracle: Phase I solver settings (default: Adam, lr 1e-2, 2000 steps).
+            oracle: Phase I solver settings, an ``OracleOptions`` or its fields as a
+                dict (default: Adam, lr 1e-2, 2000 steps).
             outcome_transform: Default ``Standardize(1)``; ``None`` disables.
             input_transform: An input transform without trainable parameters.
             seed: Seed of the network initialization in the oracle.
@@ -214,6 +216,8 @@ class GOUCBModel(ModelOptionsMixin, Model):
         self.phase1_in_sigma = (
             n_init is None if phase1_in_sigma is None else phase1_in_sigma
         )
+        if isinstance(oracle, Mapping):  # e.g. from Ax's JSON-stored options
+            oracle = OracleOptions(**oracle)
         self.oracle = oracle or OracleOptions()
         self.seed = seed
         self._state: GradientConfidenceSet | None = None

@@ -18,7 +18,7 @@ from ax.exceptions.core import UnsupportedError
 
 from botorch_sketch.ax import get_generation_strategy, list_generation_strategies
 from botorch_sketch.ax.strategies import _RECIPES
-from tests.ax.helpers import FAST
+from tests.ax.helpers import fast
 
 NAMES = sorted(list_generation_strategies())
 SINGLE_OBJECTIVE = sorted(n for n, r in _RECIPES.items() if r.single_objective)
@@ -27,7 +27,7 @@ N_INIT = 4
 
 def strategy(name: str, **options):
     return get_generation_strategy(
-        name, seed=0, initialization_budget=N_INIT, **{**FAST, **options}
+        name, seed=0, initialization_budget=N_INIT, **{**fast(name), **options}
     )
 
 
