@@ -10,9 +10,11 @@ Protocol of BBKB (Calandriello et al., ICML 2020, Alg. 1; BBKB spec Sec. 3 items
    (:func:`~botorch_sketch.bbkb.selection.select_batch`, cut at the horizon),
    evaluate the whole batch (synchronous, L17), update pull counts, add the batch's
    ``log(1 + 3 s2_0)`` to ``beta~``, resample the dictionary among ALL pulled arms
-   with the batch-start variances (L11-L16, one coin per pull, i.e. ``1 - (1 -
-   min(1, q_bar s2_0))^{n_a}`` per arm, :func:`~botorch_sketch.linalg.sample_dictionary`
-   with its empty-draw fallback) and rebuild (L18).
+   with the batch-start variances (L11-L16; an arm pulled ``n_a`` times is kept with
+   probability ``min(1, q_bar n_a s2_0)`` by default, as in the authors' code, or
+   ``1 - (1 - min(1, q_bar s2_0))^{n_a}`` with ``repeats="per_pull"``, see
+   :func:`~botorch_sketch.linalg.rls_inclusion_probabilities`; empty-draw fallback
+   of :func:`~botorch_sketch.linalg.sample_dictionary`) and rebuild (L18).
 
 The initial points count toward the horizon ``T`` (as ``x_1`` in Alg. 1). Wall
 times exclude the oracle calls (the paper's runtimes exclude experimentation cost).
@@ -329,6 +331,7 @@ def run_bbkb(
     dtype: torch.dtype = torch.float64,
     pool_size: int | None = DEFAULT_POOL_SIZE,
     kernel_cache_bytes: int = 2**30,
+    repeats: str = "union",
 ) -> BanditResult:
     r"""Run BBKB (or BKB) on a finite arm set for ``T`` steps (Alg. 1).
 
@@ -374,6 +377,11 @@ def run_bbkb(
         kernel_cache_bytes: Memory cap of the kernel-column cache; above it the
             kernel is recomputed in chunks at every rebuild (``A`` up to ``10^6``
             and beyond in bounded memory).
+        repeats: How an arm pulled ``n`` times is kept at a resparsification:
+            ``"union"`` (default, the authors' code: ``min(1, q_bar n s2_0)``) or
+            ``"per_pull"`` (Alg. 1 L12-L15 literally, one coin per pull); see
+            :func:`~botorch_sketch.linalg.rls_inclusion_probabilities` for the
+            measured difference.
 
     Returns:
         A :class:`BanditResult`.
@@ -386,6 +394,10 @@ def run_bbkb(
     device = arms.device
     if not q_bar > 0:
         raise ValueError(f"q_bar must be positive, got {q_bar}.")
+    if repeats not in linalg.REPEAT_RULES:
+        raise ValueError(
+            f"repeats must be one of {linalg.REPEAT_RULES}, got {repeats!r}."
+        )
     if isinstance(rule, str) and rule == "bkb":
         C = 1.0
     rule_obj = make_rule(rule, C)
@@ -465,7 +477,9 @@ def run_bbkb(
         if rec.t >= T:
             break
         pulled = (counts > 0).nonzero().squeeze(-1)
-        draw = linalg.sample_dictionary(state.s2_0[pulled], q_bar, counts[pulled], g)
+        draw = linalg.sample_dictionary(
+            state.s2_0[pulled], q_bar, counts[pulled], g, repeats=repeats
+        )
         if draw.fallback:
             logger.info("empty dictionary draw at t=%d; kept the argmax point.", rec.t)
         state = rebuild(

@@ -218,12 +218,13 @@ def test_loop_validation():
 
 
 # Arms chosen by the implementation before the speed-ups of issue 8 (commit
-# 9cdc4ad, float64): (number of batches, sum_t t * arm_t over the whole run, first
-# 10 arms). The faster code must make exactly the same choices. It does in all
-# these runs, but it is not bit-for-bit identical arithmetic: the fused
-# resparsification sweep and the pooled selector round differently (~1e-12 in
-# RLS units), so an exact tie in the old code could in principle break
-# differently (documented in benchmarks/results/perf_profile.md).
+# 9cdc4ad, float64), which used one coin per pull (``repeats="per_pull"``):
+# (number of batches, sum_t t * arm_t over the whole run, first 10 arms). The
+# faster code must make exactly the same choices. It does in all these runs, but
+# it is not bit-for-bit identical arithmetic: the fused resparsification sweep
+# and the pooled selector round differently (~1e-12 in RLS units), so an exact
+# tie in the old code could in principle break differently (documented in
+# benchmarks/results/perf_profile.md).
 PINNED = {
     "synthetic_global": (150, 10269554, [986, 648, 1608, 1838, 488, 1689, 738]),
     "synthetic_bkb": (60, 1788302, [986, 1514, 1867, 434, 1481, 1597, 1389]),
@@ -249,8 +250,9 @@ def _pinned_run(name: str):
         k, kd = rbf_kernel(0.3)
         oracle = noisy_oracle(f, 0.01, torch.Generator().manual_seed(7))
         args = (X, oracle)
-        kw = dict(lam=1e-2, f_true=f, progress=False)
+        kw = dict(lam=1e-2, f_true=f, progress=False, repeats="per_pull")
         if name == "synthetic_gp_bucb":
+            kw.pop("repeats")
             return run_gp_bucb(*args, 150, k, kd, seed=3, **kw)
         opts = {
             "synthetic_global": dict(T=150, seed=3),
@@ -272,8 +274,9 @@ def _pinned_run(name: str):
     oracle = noisy_oracle(f, 0.01, torch.Generator().manual_seed(1000))
     rule = "global_local" if name.endswith("global_local") else "global"
     return run_bbkb(
-        X, oracle, T, k, kd, 1e-4, rule=rule, f_true=f, seed=0, progress=False
-    )
+        X, oracle, T, k, kd, 1e-4, rule=rule, f_true=f, seed=0, progress=False,
+        repeats="per_pull",
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(PINNED))
