@@ -240,9 +240,10 @@ class IncrementalNystrom:
         emb.update(add=new, remove=gone)   # O(n r (k_add + k_removed) + n d k_add)
         Z = emb.Z                          # n x r view
 
-    A caller that keeps quantities of all ``n`` points (variances, means) uses the
-    two-phase methods ``plan_removal`` / ``apply_removal(plan, probes)`` and
-    ``plan_insertion`` / ``new_coordinates`` / ``apply_insertion(plan, probes)``.
+    A caller that keeps quantities of all ``n`` points (variances, means) plans
+    first (``plan_removal``, ``plan_insertion(after=removal)``,
+    ``new_coordinates``), computes its probes, then calls ``apply(removal,
+    insertion, probes)``.
 
     Args:
         X: ``n x d`` points (the rows whose coordinates are kept).
@@ -332,9 +333,13 @@ class IncrementalNystrom:
         r"""``r x r`` inverse of ``M = Zt[:, pivots]^T``."""
         return self._N
 
-    def coordinates(self, idx: Tensor) -> Tensor:
-        r"""``r x k`` coordinates ``Zt[:, idx]`` of the points ``idx``."""
-        return self.Zt[:, idx]
+    def coordinates(self, idx: Tensor, after: RemovalPlan | None = None) -> Tensor:
+        r"""Coordinates of the points ``idx``: ``Zt[:, idx]`` (``r x len(idx)``), or,
+        with ``after``, what they will be once that removal is applied."""
+        Z_idx = self._Zt[: self._rank, idx]
+        if after is None or after.num_dropped == 0:
+            return Z_idx
+        return after.rotate(Z_idx)[: self._rank - after.num_dropped]
 
     def project(self, probes: Tensor) -> Tensor:
         r"""``P^T Zt`` (``w x n``) for an ``r x w`` matrix ``P``, ``O(n r w)``."""
@@ -366,56 +371,22 @@ class IncrementalNystrom:
         Y, T = compact_wy(a, tau)
         return RemovalPlan(points, positions, Y.flip(0), T)
 
-    def apply_removal(
-        self, plan: RemovalPlan, probes: Tensor | None = None
-    ) -> Tensor | None:
-        r"""Remove the members of ``plan`` and drop their coordinates.
-
-        ``Zt <- (Q^T Zt)[:r-k]``: one product of width ``k + w`` and one rank-``k``
-        update, ``O(n r (k + w))``.
-
-        Args:
-            plan: From :meth:`plan_removal` on the current state.
-            probes: Optional ``r x w`` matrix ``P``.
-
-        Returns:
-            ``P^T Zt`` (``w x n``) with the coordinates before the removal, or
-            ``None`` without probes.
-        """
-        r, k = self._rank, plan.num_dropped
-        if plan.reflectors.shape[0] != r:
-            raise ValueError("the plan does not match the current rank.")
-        Z = self._Zt[:r]
-        out = None
-        if k == 0:
-            out = None if probes is None else probes.mT @ Z
-        else:
-            Y = plan.reflectors
-            R = Y if probes is None else torch.cat([Y, probes], dim=1)
-            P = R.mT @ Z
-            out = None if probes is None else P[k:]
-            Z.addmm_(Y, plan.factor.mT @ P[:k], alpha=-1.0)
-            self._residual += Z[r - k :].square().sum(0)
-            keep = torch.ones(r, dtype=torch.bool, device=self.X.device)
-            keep[plan.positions] = False
-            self._N = plan.rotate(self._N)[: r - k][:, keep]
-            self._pivots = self._pivots[keep]
-            self._rank = r - k
-        self._members = self._members[~torch.isin(self._members, plan.members)]
-        self.num_removals += plan.members.numel()
-        return out
-
     # ---------------------------------------------------------------- insertion
 
-    def plan_insertion(self, points: Tensor | None = None) -> InsertionPlan:
+    def plan_insertion(
+        self, points: Tensor | None = None, after: RemovalPlan | None = None
+    ) -> InsertionPlan:
         r"""Plan the insertion of ``points`` (no state change).
 
         The candidates are ``points`` that are not pivots yet plus the current
         non-pivot members (re-tried, since a pivot removal may have taken them out
-        of the span). ``O(c^2 (d + r) + c r^2)`` for ``c`` candidates.
+        of the span). With ``after``, the plan is for the state once that removal
+        is applied (both are then applied together by :meth:`apply`).
+        ``O(c^2 (d + r) + c r^2)`` for ``c`` candidates.
 
         Args:
             points: Point indices to insert (repetitions and members allowed).
+            after: Optional removal planned on the current state.
 
         Returns:
             An :class:`InsertionPlan`.
@@ -426,13 +397,19 @@ class IncrementalNystrom:
         points = points.to(device=dev, dtype=torch.long).reshape(-1)
         if points.numel() and (points.min() < 0 or points.max() >= self.num_points):
             raise ValueError(f"point indices must lie in [0, {self.num_points}).")
-        cand = torch.unique(torch.cat([points, self.nonpivots]))
-        cand = cand[~torch.isin(cand, self._pivots)]
-        r = self._rank
+        pivots, nonpivots = self._pivots, self.nonpivots
+        if after is not None:
+            keep = torch.ones(pivots.numel(), dtype=torch.bool, device=dev)
+            keep[after.positions] = False
+            pivots = pivots[keep]
+            nonpivots = nonpivots[~torch.isin(nonpivots, after.members)]
+        cand = torch.unique(torch.cat([points, nonpivots]))
+        cand = cand[~torch.isin(cand, pivots)]
+        r = pivots.numel()
         if cand.numel() == 0:
             e = self.X.new_empty(0, 0)
             return InsertionPlan(cand, self.X.new_empty(r, 0), e, e, cand)
-        Lc = self._Zt[:r, cand]
+        Lc = self.coordinates(cand, after)
         Xc = self.X[cand]
         S = self.kernel(Xc, Xc) - Lc.mT @ Lc
         S = 0.5 * (S + S.mT)
@@ -444,58 +421,117 @@ class IncrementalNystrom:
         in_span[order] = False
         return InsertionPlan(cand[order], Lc[:, order], R, R_inv, cand[in_span])
 
-    def new_coordinates(self, plan: InsertionPlan, idx: Tensor) -> Tensor:
+    def new_coordinates(
+        self,
+        plan: InsertionPlan,
+        idx: Tensor,
+        after: RemovalPlan | None = None,
+        coords: Tensor | None = None,
+    ) -> Tensor:
         r"""``k x len(idx)`` coordinates that ``plan`` will give the points ``idx``,
-        ``w(x) = R^{-1} (k_C(x) - L_C^T z(x))``, ``O(len(idx) k (d + r))``."""
+        ``w(x) = R^{-1} (k_C(x) - L_C^T z(x))``, ``O(len(idx) k (d + r))``.
+
+        ``coords``, if given, must be ``self.coordinates(idx, after)``."""
         if plan.num_new == 0:
             return self.X.new_empty(0, idx.numel())
+        if coords is None:
+            coords = self.coordinates(idx, after)
         K = self.kernel(self.X[plan.points], self.X[idx])
-        return plan.chol_inv @ (K - plan.coords.mT @ self._Zt[: self._rank, idx])
+        return plan.chol_inv @ (K - plan.coords.mT @ coords)
+
+    # ------------------------------------------------------------------ applying
+
+    def apply(
+        self,
+        removal: RemovalPlan | None = None,
+        insertion: InsertionPlan | None = None,
+        probes: Tensor | None = None,
+    ) -> Tensor | None:
+        r"""Apply a removal, then an insertion planned after it, in one pass.
+
+        One product of ``[Y, Q_k L_C, P]^T`` (width ``k_out + k_in + w``) with the
+        old ``Zt``, then the rank-``k_out`` rotation ``Zt <- (Q^T Zt)[:r-k_out]`` and
+        the ``k_in`` new rows ``R^{-1} (K_{C X} - L_C^T Zt)``:
+        ``O(n r (k_out + k_in + w) + n d k_in)``.
+
+        Args:
+            removal: From :meth:`plan_removal` on the current state, or ``None``.
+            insertion: From :meth:`plan_insertion` on the current state (with
+                ``after=removal``), or ``None``.
+            probes: Optional ``r x w`` matrix ``P`` in the CURRENT coordinates.
+
+        Returns:
+            ``P^T Zt`` (``w x n``) with the coordinates before the change, or
+            ``None`` without probes.
+        """
+        r = self._rank
+        k_out = 0 if removal is None else removal.num_dropped
+        k_in = 0 if insertion is None else insertion.num_new
+        if removal is not None and removal.reflectors.shape[0] != r:
+            raise ValueError("the removal plan does not match the current rank.")
+        if insertion is not None and insertion.coords.shape[0] != r - k_out:
+            raise ValueError("the insertion plan does not match the rank after it.")
+        cols = []
+        if k_out:
+            cols.append(removal.reflectors)
+        if k_in:
+            Lc = insertion.coords
+            cols.append(removal.kept_basis() @ Lc if k_out else Lc)
+        if probes is not None:
+            cols.append(probes)
+        P = torch.cat(cols, dim=1).mT @ self._Zt[:r] if cols and r else None
+        if P is None and cols:
+            P = self.X.new_zeros(sum(c.shape[-1] for c in cols), self.num_points)
+        if k_out:
+            self._drop(removal, P[:k_out])
+        if removal is not None:
+            self._members = self._members[~torch.isin(self._members, removal.members)]
+            self.num_removals += removal.members.numel()
+        if insertion is not None:
+            if k_in:
+                self._add(insertion, P[k_out : k_out + k_in])
+            new = torch.cat([insertion.points, insertion.in_span])
+            self._members = torch.unique(torch.cat([self._members, new]))
+            self.num_insertions += k_in
+        return None if probes is None else P[k_out + k_in :]
+
+    def _drop(self, plan: RemovalPlan, YZ: Tensor) -> None:
+        r, k = self._rank, plan.num_dropped
+        Z = self._Zt[:r]
+        Z.addmm_(plan.reflectors, plan.factor.mT @ YZ, alpha=-1.0)
+        self._residual += Z[r - k :].square().sum(0)
+        keep = torch.ones(r, dtype=torch.bool, device=self.X.device)
+        keep[plan.positions] = False
+        self._N = plan.rotate(self._N)[: r - k][:, keep]
+        self._pivots = self._pivots[keep]
+        self._rank = r - k
+
+    def _add(self, plan: InsertionPlan, LZ: Tensor) -> None:
+        r, k = self._rank, plan.num_new
+        self._reserve(r + k)
+        K = self.kernel(self.X[plan.points], self.X)
+        W = self._Zt[r : r + k]
+        torch.matmul(plan.chol_inv, K - LZ, out=W)
+        self._residual -= W.square().sum(0)
+        N = self.X.new_zeros(r + k, r + k)
+        N[:r, :r] = self._N
+        N[r:, :r] = -plan.chol_inv @ (plan.coords.mT @ self._N)
+        N[r:, r:] = plan.chol_inv
+        self._N = N
+        self._pivots = torch.cat([self._pivots, plan.points])
+        self._rank = r + k
+
+    def apply_removal(
+        self, plan: RemovalPlan, probes: Tensor | None = None
+    ) -> Tensor | None:
+        r""":meth:`apply` with a removal only."""
+        return self.apply(plan, None, probes)
 
     def apply_insertion(
         self, plan: InsertionPlan, probes: Tensor | None = None
     ) -> Tensor | None:
-        r"""Insert the points of ``plan``: ``k`` new coordinate rows for every point.
-
-        One product of width ``k + w`` with ``Zt`` and the ``k x n`` kernel block,
-        ``O(n k (d + r) + n r w)``.
-
-        Args:
-            plan: From :meth:`plan_insertion` on the current state.
-            probes: Optional ``r x w`` matrix ``P``.
-
-        Returns:
-            ``P^T Zt`` (``w x n``) with the coordinates before the insertion, or
-            ``None`` without probes.
-        """
-        r, k = self._rank, plan.num_new
-        if plan.coords.shape[0] != r:
-            raise ValueError("the plan does not match the current rank.")
-        Z = self._Zt[:r]
-        out = None if probes is None else probes.mT @ Z
-        if k:
-            self._reserve(r + k)
-            Z = self._Zt[:r]
-            if probes is None:
-                P = plan.coords.mT @ Z
-            else:
-                both = torch.cat([plan.coords, probes], dim=1).mT @ Z
-                P, out = both[:k], both[k:]
-            K = self.kernel(self.X[plan.points], self.X)
-            W = self._Zt[r : r + k]
-            torch.matmul(plan.chol_inv, K - P, out=W)
-            self._residual -= W.square().sum(0)
-            N = self.X.new_zeros(r + k, r + k)
-            N[:r, :r] = self._N
-            N[r:, :r] = -plan.chol_inv @ (plan.coords.mT @ self._N)
-            N[r:, r:] = plan.chol_inv
-            self._N = N
-            self._pivots = torch.cat([self._pivots, plan.points])
-            self._rank = r + k
-        new = torch.cat([plan.points, plan.in_span])
-        self._members = torch.unique(torch.cat([self._members, new]))
-        self.num_insertions += k
-        return out
+        r""":meth:`apply` with an insertion only (planned without ``after``)."""
+        return self.apply(None, plan, probes)
 
     def _reserve(self, rows: int) -> None:
         cap = self._Zt.shape[0]
@@ -509,10 +545,11 @@ class IncrementalNystrom:
     # ------------------------------------------------------------- convenience
 
     def update(self, add: Tensor | None = None, remove: Tensor | None = None) -> None:
-        r"""Remove the members ``remove``, then insert ``add`` (no probes)."""
+        r"""Remove the members ``remove``, then insert ``add`` (one :meth:`apply`)."""
+        removal = None
         if remove is not None and remove.numel():
-            self.apply_removal(self.plan_removal(remove))
-        self.apply_insertion(self.plan_insertion(add))
+            removal = self.plan_removal(remove)
+        self.apply(removal, self.plan_insertion(add, after=removal))
 
     def reset(self, members: Tensor) -> None:
         r"""Recompute everything for the dictionary ``members`` from the kernel.
@@ -526,7 +563,7 @@ class IncrementalNystrom:
         self._pivots = self._pivots[:0]
         self._members = self._members[:0]
         self._residual = self.kdiag.clone()
-        self.apply_insertion(self.plan_insertion(members))
+        self.apply(None, self.plan_insertion(members))
 
     def drift(self, kernel_check: bool = True) -> float:
         r"""Rounding drift of the state; of order ``eps`` right after :meth:`reset`.

@@ -64,6 +64,10 @@ __all__ = [
 #: Rows of the arm set embedded at once (``chunk x m`` kernel blocks).
 DEFAULT_CHUNK_SIZE = 65_536
 
+#: :class:`IncrementalState` checks its accuracy once its incremental work since
+#: the last check exceeds this multiple of the check's cost (<= ~2 % overhead).
+CHECK_WORK_RATIO = 64
+
 #: :func:`rebuild` uses the fused one-product sweep when ``A >= ratio * r``.
 FUSED_MIN_RATIO = 8
 
@@ -609,7 +613,8 @@ class IncrementalState(BatchState):
       change; the incremental work is ``~2 A r (p + k)``, a refresh ``~A r^2``), or
       when the accuracy check
       fails: after every resparsification whose work since the last check
-      exceeds the check's ``O(r^3 + |P| r^2)`` cost, ``V`` is recomputed from
+      exceeds :data:`CHECK_WORK_RATIO` times the check's ``O(r^3 + |P| r^2)``
+      cost, ``V`` is recomputed from
       ``Z`` and ``s2_0`` and ``mu`` of a probe set of arms (the batch's distinct
       arms and the first pivots) are recomputed exactly; a relative discrepancy
       above ``check_rtol`` (or of ``V``) triggers a refresh;
@@ -639,7 +644,7 @@ class IncrementalState(BatchState):
             ``|mu| + 1``).
         drift_tol: Tolerance of the embedding drift.
         reorthonormalize_every: Dictionary changes between periodic resets
-            (default ``max(256, 8 m)`` at each reset).
+            (default ``max(1024, 16 m)`` at each reset).
         refresh_fraction: See "when each path runs" (``math.inf``: never refresh
             for cost reasons, e.g. in tests).
     """
@@ -768,11 +773,10 @@ class IncrementalState(BatchState):
         counts: Tensor,
         reward_sums: Tensor,
     ) -> None:
-        emb = self.emb
+        emb, lam = self.emb, self.lam
         dy = reward_sums[pulled] - self.reward_sums[pulled]
         r = emb.rank
         probes: list[Tensor] = []
-        q = self._q.clone()
         # 1. New pulls (Woodbury), in the old basis.
         if r and pulled.numel():
             Zb = emb.coordinates(pulled)
@@ -787,64 +791,65 @@ class IncrementalState(BatchState):
         # 2. Removals: marginalise the dropped coordinates out of V^{-1}.
         rplan = emb.plan_removal(gone)
         k_out = rplan.num_dropped
+        keep = r - k_out
+        Qk = None
         if k_out:
             Qd = rplan.dropped_basis()
             VQd = self._Vinv @ Qd
             L22 = torch.linalg.cholesky(_sym(Qd.mT @ VQd))
             E = _solve_lower(L22, VQd.mT).mT
             probes.append(E)
-            keep = r - k_out
             Vi = rplan.rotate(rplan.rotate(self._Vinv - E @ E.mT).mT)
             self._Vinv = _sym(Vi[:keep, :keep])
             self._V = _sym(rplan.rotate(rplan.rotate(self._V).mT)[:keep, :keep])
             self._b = rplan.rotate(self._b.unsqueeze(-1)).squeeze(-1)[:keep]
-        will_insert = new.numel() > 0 or (k_out > 0 and emb.nonpivots.numel() > 0)
+            Qk = rplan.kept_basis()
         width = sum(p.shape[-1] for p in probes)
-        if not will_insert:
-            alpha = self._Vinv @ self._b
-            if k_out:
-                alpha = rplan.kept_basis() @ alpha
-            probes.append(alpha.unsqueeze(-1))
-        out = emb.apply_removal(rplan, torch.cat(probes, 1) if probes else None)
-        if width:
-            q -= out[:width].square().sum(0)
-        mu = None if will_insert else (out[width] if r else self._zeros())
         # 3. Insertions: Schur complement of the new coordinates in V.
-        if will_insert:
-            mu = self._insert(emb.plan_insertion(new), q)
+        iplan = emb.plan_insertion(new, after=rplan)
+        k_in = iplan.num_new
+        if k_in:
+            P = (counts > 0).nonzero().squeeze(-1)
+            nP = counts[P]
+            ZP = emb.coordinates(P, after=rplan)
+            WP = emb.new_coordinates(iplan, P, after=rplan, coords=ZP)
+            B = (ZP * nP) @ WP.mT
+            eye = torch.eye(k_in, dtype=B.dtype, device=B.device)
+            Cc = (WP * nP) @ WP.mT + lam * eye
+            U = self._Vinv @ B
+            Ls = torch.linalg.cholesky(_sym(Cc - B.mT @ U))
+            s_inv = torch.cholesky_inverse(Ls)
+            Us = U @ s_inv
+            Vi = self._Vinv.new_empty(keep + k_in, keep + k_in)
+            Vi[:keep, :keep] = self._Vinv + Us @ U.mT
+            Vi[:keep, keep:] = -Us
+            Vi[keep:, :keep] = -Us.mT
+            Vi[keep:, keep:] = s_inv
+            V = self._V.new_empty(keep + k_in, keep + k_in)
+            V[:keep, :keep], V[:keep, keep:] = self._V, B
+            V[keep:, :keep], V[keep:, keep:] = B.mT, Cc
+            self._b = torch.cat([self._b, WP @ reward_sums[P]])
+            self._Vinv, self._V = _sym(Vi), V
+            ab = self._Vinv @ self._b
+            new_probes = torch.cat([U, ab[:keep, None]], 1)
+        else:
+            ab = self._Vinv @ self._b
+            new_probes = ab[:, None]
+        if keep:
+            probes.append(new_probes if Qk is None else Qk @ new_probes)
+        # 4. One pass over Z for every projection; then q and mu.
+        out = emb.apply(rplan, iplan, torch.cat(probes, 1) if r else None)
+        q = self._q
+        if width:
+            q = q - out[:width].square().sum(0)
+        mu = out[-1] if keep else self._zeros()
+        if k_in:
+            W = emb.Zt[keep:]
+            UZ = out[width : width + k_in] if keep else torch.zeros_like(W)
+            q = q + _solve_lower(Ls, W - UZ).square().sum(0)
+            mu = torch.addmv(mu, W.mT, ab[keep:])
         self._q = q
         self._finish(mu)
-
-    def _insert(self, iplan, q: Tensor) -> Tensor:
-        emb, lam, r, k = self.emb, self.lam, self.emb.rank, iplan.num_new
-        if k == 0:
-            alpha = (self._Vinv @ self._b).unsqueeze(-1)
-            out = emb.apply_insertion(iplan, alpha if r else None)
-            return out[0] if r else self._zeros()
-        P = (self.counts > 0).nonzero().squeeze(-1)
-        nP = self.counts[P]
-        WP = emb.new_coordinates(iplan, P)
-        ZP = emb.coordinates(P)
-        B = (ZP * nP) @ WP.mT
-        Cc = (WP * nP) @ WP.mT + lam * torch.eye(k, dtype=B.dtype, device=B.device)
-        U = self._Vinv @ B
-        Ls = torch.linalg.cholesky(_sym(Cc - B.mT @ U))
-        s_inv = torch.cholesky_inverse(Ls)
-        Us = U @ s_inv
-        Vi = self._Vinv.new_empty(r + k, r + k)
-        Vi[:r, :r] = self._Vinv + Us @ U.mT
-        Vi[:r, r:] = -Us
-        Vi[r:, :r] = -Us.mT
-        Vi[r:, r:] = s_inv
-        V = self._V.new_empty(r + k, r + k)
-        V[:r, :r], V[:r, r:], V[r:, :r], V[r:, r:] = self._V, B, B.mT, Cc
-        b = torch.cat([self._b, WP @ self.reward_sums[P]])
-        ab = Vi @ b
-        out = emb.apply_insertion(iplan, torch.cat([U, ab[:r, None]], 1))
-        W = emb.Zt[r:]
-        q += _solve_lower(Ls, W - out[:k]).square().sum(0)
-        self._Vinv, self._V, self._b = _sym(Vi), V, b
-        return torch.addmv(out[k], W.mT, ab[r:])
 
     def _zeros(self) -> Tensor:
         return self.kdiag.new_zeros(self.num_arms)
@@ -893,7 +898,7 @@ class IncrementalState(BatchState):
         self._since_reset = 0
         m = S_idx.numel()
         self._reorth_every = (
-            max(256, 8 * m)
+            max(1024, 16 * m)
             if self.reorthonormalize_every is None
             else int(self.reorthonormalize_every)
         )
@@ -939,7 +944,7 @@ class IncrementalState(BatchState):
     def _maybe_check(self, pulled: Tensor) -> None:
         r = self.rank
         P = int((self.counts > 0).sum())
-        if self._work < r**3 + 2.0 * P * r**2:
+        if self._work < CHECK_WORK_RATIO * (r**3 + 2.0 * P * r**2):
             return
         self._work = 0.0
         self.stats["checks"] += 1
