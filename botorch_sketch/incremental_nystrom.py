@@ -88,6 +88,30 @@ KernelFn = Callable[[Tensor, Tensor], Tensor]
 DEFAULT_RTOL = 1e-12
 
 
+#: Backend of the narrow products ``P^T Zt`` on the CPU: ``"numpy"`` (NumPy's
+#: BLAS, OpenBLAS in NumPy's wheels) or ``"torch"``. Measured on this project's AMD
+#: EPYC machine, one thread, float64, ``Zt`` of ``91 x 20,640`` / ``2,000 x
+#: 15,625``: torch's MKL runs products of width 4-21 at 5-14 GFLOP/s (width 4
+#: costs as much as four matrix-vector products), OpenBLAS at 11-28 GFLOP/s
+#: (width 4 at about one pass over ``Zt``); whole BBKB runs were 20-30 % faster.
+#: Results agree to rounding.
+CPU_PRODUCT_BACKEND = "numpy"
+
+
+def _project(P: Tensor, Zt: Tensor) -> Tensor:
+    """``P^T Zt`` (``w x n``) for ``P``: ``r x w`` and ``Zt``: ``r x n``."""
+    if (
+        CPU_PRODUCT_BACKEND == "numpy"
+        and Zt.device.type == "cpu"
+        and Zt.dtype in (torch.float32, torch.float64)
+        and not (P.requires_grad or Zt.requires_grad)
+        and Zt.is_contiguous()
+    ):
+        Pt = P.mT.contiguous().to(Zt.dtype)
+        return torch.from_numpy(Pt.numpy() @ Zt.numpy())
+    return P.mT @ Zt
+
+
 def pivoted_cholesky(A: Tensor, threshold: Tensor) -> tuple[Tensor, Tensor]:
     r"""Greedy pivoted Cholesky factorisation of a PSD matrix with rank detection.
 
@@ -343,7 +367,7 @@ class IncrementalNystrom:
 
     def project(self, probes: Tensor) -> Tensor:
         r"""``P^T Zt`` (``w x n``) for an ``r x w`` matrix ``P``, ``O(n r w)``."""
-        return probes.mT @ self.Zt
+        return _project(probes, self.Zt)
 
     # ------------------------------------------------------------------ removal
 
@@ -479,7 +503,7 @@ class IncrementalNystrom:
             cols.append(removal.kept_basis() @ Lc if k_out else Lc)
         if probes is not None:
             cols.append(probes)
-        P = torch.cat(cols, dim=1).mT @ self._Zt[:r] if cols and r else None
+        P = _project(torch.cat(cols, dim=1), self._Zt[:r]) if cols and r else None
         if P is None and cols:
             P = self.X.new_zeros(sum(c.shape[-1] for c in cols), self.num_points)
         if k_out:

@@ -275,7 +275,7 @@ class PooledUCBSelector:
         self._order: Tensor | None = None  # arms by decreasing u_0 (lazily)
         self._K = 0
         self._P = self._u0.new_empty(0, dtype=torch.long)
-        self._Z = self._u0.new_empty(0, r)
+        self._Z: Tensor | None = self._u0.new_empty(0, r)
         self._s2 = self._u0.new_empty(0)
         self._u = self._u0.new_empty(0)
         self._resid = self._u0.new_empty(0)
@@ -320,9 +320,11 @@ class PooledUCBSelector:
             if new_P is None
             else torch.sort(new_P).values
         )
-        Z = st.embed(P)
+        # The pool's embeddings are gathered on the first hallucination only: a
+        # batch of one point never needs them.
+        Z = st.embed(P) if self.t > 0 else None
         s2 = st.s2_0[P]
-        if self.t > 0:
+        if Z is not None:
             Hz = Z @ self._H[: self.t].mT
             s2 = s2 - torch.linalg.vecdot(Hz, Hz)
         resid = st.resid_at(P, Z)
@@ -385,6 +387,8 @@ class PooledUCBSelector:
         j = self._j
         if self._arm(j) != i:
             raise ValueError("hallucinate() expects the arm returned by argmax().")
+        if self._Z is None:
+            self._Z = self.state.embed(self._P)
         z = self._Z[j]
         t = self.t
         if t >= self._H.shape[0]:

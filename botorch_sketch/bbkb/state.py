@@ -788,6 +788,10 @@ class IncrementalState(BatchState):
             self._Vinv = self._Vinv - E @ E.mT
             probes.append(E)
         self.counts, self.reward_sums = counts.clone(), reward_sums.clone()
+        fresh = pulled[~torch.isin(pulled, self._P)]
+        if fresh.numel():  # first pulls of these arms: extend the cache
+            self._P = torch.cat([self._P, fresh])
+            self._ZP = torch.cat([self._ZP, emb.coordinates(fresh)], 1)
         # 2. Removals: marginalise the dropped coordinates out of V^{-1}.
         rplan = emb.plan_removal(gone)
         k_out = rplan.num_dropped
@@ -803,15 +807,15 @@ class IncrementalState(BatchState):
             self._Vinv = _sym(Vi[:keep, :keep])
             self._V = _sym(rplan.rotate(rplan.rotate(self._V).mT)[:keep, :keep])
             self._b = rplan.rotate(self._b.unsqueeze(-1)).squeeze(-1)[:keep]
+            self._ZP = rplan.rotate(self._ZP)[:keep]
             Qk = rplan.kept_basis()
         width = sum(p.shape[-1] for p in probes)
         # 3. Insertions: Schur complement of the new coordinates in V.
         iplan = emb.plan_insertion(new, after=rplan)
         k_in = iplan.num_new
         if k_in:
-            P = (counts > 0).nonzero().squeeze(-1)
+            P, ZP = self._P, self._ZP
             nP = counts[P]
-            ZP = emb.coordinates(P, after=rplan)
             WP = emb.new_coordinates(iplan, P, after=rplan, coords=ZP)
             B = (ZP * nP) @ WP.mT
             eye = torch.eye(k_in, dtype=B.dtype, device=B.device)
@@ -829,6 +833,7 @@ class IncrementalState(BatchState):
             V[:keep, :keep], V[:keep, keep:] = self._V, B
             V[keep:, :keep], V[keep:, keep:] = B.mT, Cc
             self._b = torch.cat([self._b, WP @ reward_sums[P]])
+            self._ZP = torch.cat([ZP, WP])
             self._Vinv, self._V = _sym(Vi), V
             ab = self._Vinv @ self._b
             new_probes = torch.cat([U, ab[:keep, None]], 1)
@@ -870,6 +875,7 @@ class IncrementalState(BatchState):
         r, Zt = self.rank, self.emb.Zt
         P = (counts > 0).nonzero().squeeze(-1)
         ZP = Zt[:, P]
+        self._P, self._ZP = P, ZP  # coordinates of the pulled arms, kept updated
         eye = torch.eye(r, dtype=Zt.dtype, device=Zt.device)
         self._V = _sym((ZP * counts[P]) @ ZP.mT) + self.lam * eye
         L = torch.linalg.cholesky(self._V)
@@ -913,8 +919,8 @@ class IncrementalState(BatchState):
 
         Returns:
             ``(state_error, drift)``: the largest of ``|s2_0 - s2| / (1 + s2)``,
-            ``|mu - mu'| / (1 + |mu'|)`` and ``|V - V'| / max|V'|``, and the
-            embedding's drift.
+            ``|mu - mu'| / (1 + |mu'|)``, ``|V - V'| / max|V'|`` and the error of the
+            cached coordinates of the pulled arms, and the embedding's drift.
         """
         r = self.rank
         if r == 0:
@@ -937,6 +943,7 @@ class IncrementalState(BatchState):
                 ((self.s2_0[idx] - s2).abs() / (1 + s2)).max(),
                 ((self.mu[idx] - mu).abs() / (1 + mu.abs())).max(),
                 (self._V - V).abs().max() / V.abs().max(),
+                (self._ZP - Zt[:, self._P]).abs().max() if P.numel() else V[0, 0] * 0,
             ]
         )
         return float(err.max()), self.emb.drift()
