@@ -595,11 +595,14 @@ class IncrementalState(BatchState):
        and the Schur complement ``s = C - B^T U = L_s L_s^T``: ``q(a) += ||L_s^{-1}
        (w(a) - U^T z(a))||^2``, ``V^{-1}`` and ``V`` gain the block row/column, and
        the residuals shrink by ``||w(a)||^2``;
-    4. ``mu = Z (V^{-1} b)``.
+    4. ``mu = Z (V^{-1} b)`` is updated along: each step changes ``x = V^{-1} b``
+       by a combination of the same directions (``E``, ``U``, the new
+       coordinates), so ``mu`` needs no projection of its own (the algebra is in
+       the comments of the implementation).
 
     The projections of all arms that steps 1-4 need are computed in the matrix
-    products that update ``Z`` (probes), so a resparsification costs about
-    ``2 A r (p + 3 k_out + 2 k_in + 1)`` flops in two or three passes over ``Z``,
+    product that updates ``Z`` (probes), so a resparsification costs about
+    ``2 A r (p + 3 k_out + 2 k_in)`` flops in two passes over ``Z``,
     plus ``O(A d k_in)`` kernel evaluations and ``O(r^2 (p + k) + |P| r k_in)``;
     a full recomputation costs ``~A r^2 + 2 |P| r^2 + r^3`` (:meth:`refresh`) and
     a new embedding ``O(A m (d + r))`` (:meth:`reset`).
@@ -776,8 +779,12 @@ class IncrementalState(BatchState):
         emb, lam = self.emb, self.lam
         dy = reward_sums[pulled] - self.reward_sums[pulled]
         r = emb.rank
+        # Every correction of q and mu is (a coefficient times) a projection
+        # p^T z(a) of the OLD coordinates: collect the probes p, then one pass.
         probes: list[Tensor] = []
-        # 1. New pulls (Woodbury), in the old basis.
+        coefs: list[Tensor] = []  # mu(a) += coef^T (probe^T z(a))
+        # 1. New pulls (Woodbury), in the old basis. With x = V^{-1} b (mu = Z x):
+        #    x' = x + E (L_s^T Dy - E^T b').
         if r and pulled.numel():
             Zb = emb.coordinates(pulled)
             self._b = self._b + Zb @ dy
@@ -787,12 +794,14 @@ class IncrementalState(BatchState):
             E = _solve_lower(Ls, C.mT).mT
             self._Vinv = self._Vinv - E @ E.mT
             probes.append(E)
+            coefs.append(Ls.mT @ dy - E.mT @ self._b)
         self.counts, self.reward_sums = counts.clone(), reward_sums.clone()
         fresh = pulled[~torch.isin(pulled, self._P)]
         if fresh.numel():  # first pulls of these arms: extend the cache
             self._P = torch.cat([self._P, fresh])
             self._ZP = torch.cat([self._ZP, emb.coordinates(fresh)], 1)
-        # 2. Removals: marginalise the dropped coordinates out of V^{-1}.
+        # 2. Removals: marginalise the dropped coordinates out of V^{-1}. Since
+        #    (V^{-1} - E E^T) Q_d = 0, mu loses exactly (E^T z)^T (E^T b).
         rplan = emb.plan_removal(gone)
         k_out = rplan.num_dropped
         keep = r - k_out
@@ -803,6 +812,7 @@ class IncrementalState(BatchState):
             L22 = torch.linalg.cholesky(_sym(Qd.mT @ VQd))
             E = _solve_lower(L22, VQd.mT).mT
             probes.append(E)
+            coefs.append(-(E.mT @ self._b))
             Vi = rplan.rotate(rplan.rotate(self._Vinv - E @ E.mT).mT)
             self._Vinv = _sym(Vi[:keep, :keep])
             self._V = _sym(rplan.rotate(rplan.rotate(self._V).mT)[:keep, :keep])
@@ -810,7 +820,9 @@ class IncrementalState(BatchState):
             self._ZP = rplan.rotate(self._ZP)[:keep]
             Qk = rplan.kept_basis()
         width = sum(p.shape[-1] for p in probes)
-        # 3. Insertions: Schur complement of the new coordinates in V.
+        # 3. Insertions: Schur complement of the new coordinates in V; the first
+        #    block of V^{-1} b gains U g, the new block is -g,
+        #    g = s^{-1} (U^T b - b_w).
         iplan = emb.plan_insertion(new, after=rplan)
         k_in = iplan.num_new
         if k_in:
@@ -824,6 +836,8 @@ class IncrementalState(BatchState):
             Ls = torch.linalg.cholesky(_sym(Cc - B.mT @ U))
             s_inv = torch.cholesky_inverse(Ls)
             Us = U @ s_inv
+            b_w = WP @ reward_sums[P]
+            g = s_inv @ (U.mT @ self._b - b_w)
             Vi = self._Vinv.new_empty(keep + k_in, keep + k_in)
             Vi[:keep, :keep] = self._Vinv + Us @ U.mT
             Vi[:keep, keep:] = -Us
@@ -832,27 +846,26 @@ class IncrementalState(BatchState):
             V = self._V.new_empty(keep + k_in, keep + k_in)
             V[:keep, :keep], V[:keep, keep:] = self._V, B
             V[keep:, :keep], V[keep:, keep:] = B.mT, Cc
-            self._b = torch.cat([self._b, WP @ reward_sums[P]])
-            self._ZP = torch.cat([ZP, WP])
+            self._b = torch.cat([self._b, b_w])
             self._Vinv, self._V = _sym(Vi), V
-            ab = self._Vinv @ self._b
-            new_probes = torch.cat([U, ab[:keep, None]], 1)
-        else:
-            ab = self._Vinv @ self._b
-            new_probes = ab[:, None]
-        if keep:
-            probes.append(new_probes if Qk is None else Qk @ new_probes)
+            self._ZP = torch.cat([ZP, WP])
+            if keep:
+                probes.append(U if Qk is None else Qk @ U)
+                coefs.append(g)
         # 4. One pass over Z for every projection; then q and mu.
-        out = emb.apply(rplan, iplan, torch.cat(probes, 1) if r else None)
-        q = self._q
+        out = emb.apply(rplan, iplan, torch.cat(probes, 1) if probes else None)
+        q, mu = self._q, self.mu
+        if probes:
+            mu = mu + torch.cat(coefs) @ out
         if width:
             q = q - out[:width].square().sum(0)
-        mu = out[-1] if keep else self._zeros()
+        if keep == 0:
+            mu = self._zeros()
         if k_in:
             W = emb.Zt[keep:]
-            UZ = out[width : width + k_in] if keep else torch.zeros_like(W)
-            q = q + _solve_lower(Ls, W - UZ).square().sum(0)
-            mu = torch.addmv(mu, W.mT, ab[keep:])
+            D = W - out[width:] if keep else W
+            q = q + _solve_lower(Ls, D).square().sum(0)
+            mu = mu - g @ W
         self._q = q
         self._finish(mu)
 
