@@ -237,7 +237,7 @@ PINNED = {
 }
 
 
-def _pinned_run(name: str):
+def _pinned_run(name: str, resparsify: str = "auto"):
     from botorch_sketch.datasets import (
         load_cadata,
         rescale_target,
@@ -250,9 +250,13 @@ def _pinned_run(name: str):
         k, kd = rbf_kernel(0.3)
         oracle = noisy_oracle(f, 0.01, torch.Generator().manual_seed(7))
         args = (X, oracle)
-        kw = dict(lam=1e-2, f_true=f, progress=False, repeats="per_pull")
+        kw = dict(
+            lam=1e-2, f_true=f, progress=False, repeats="per_pull",
+            resparsify=resparsify,
+        )  # fmt: skip
         if name == "synthetic_gp_bucb":
             kw.pop("repeats")
+            kw.pop("resparsify")
             return run_gp_bucb(*args, 150, k, kd, seed=3, **kw)
         opts = {
             "synthetic_global": dict(T=150, seed=3),
@@ -275,15 +279,83 @@ def _pinned_run(name: str):
     rule = "global_local" if name.endswith("global_local") else "global"
     return run_bbkb(
         X, oracle, T, k, kd, 1e-4, rule=rule, f_true=f, seed=0, progress=False,
-        repeats="per_pull",
+        repeats="per_pull", resparsify=resparsify,
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("resparsify", ["incremental", "rebuild"])
 @pytest.mark.parametrize("name", sorted(PINNED))
-def test_choices_pinned_against_pre_speedup_code(name):
+def test_choices_pinned_against_pre_speedup_code(name, resparsify):
+    """Both resparsification paths make the pre-speed-up choices."""
+    if name == "synthetic_gp_bucb" and resparsify == "rebuild":
+        pytest.skip("GP-BUCB has no resparsification (run once).")
     num_batches, checksum, first = PINNED[name]
-    res = _pinned_run(name)
+    res = _pinned_run(name, resparsify)
     arms = res.arms
     assert arms[: len(first)].tolist() == first
     assert res.num_batches == num_batches
     assert int((arms * torch.arange(1, arms.numel() + 1)).sum()) == checksum
+
+
+@pytest.mark.parametrize("rule", ["global", "global_local", "bkb"])
+def test_incremental_and_rebuild_paths_make_identical_choices(rule):
+    X, f = problem(A=400, d=3, seed=2)
+    runs = {
+        mode: run(X, f, 150, seed=1, rule=rule, resparsify=mode, lam=1e-3)
+        for mode in ("incremental", "rebuild")
+    }
+    inc, reb = runs["incremental"], runs["rebuild"]
+    assert inc.arms.tolist() == reb.arms.tolist()
+    assert torch.equal(inc.batch_sizes, reb.batch_sizes)
+    assert torch.equal(inc.dict_size, reb.dict_size)
+    assert type(inc.final_state).__name__ == "IncrementalState"
+    assert type(reb.final_state).__name__ == "RebuiltState"
+    assert inc.final_state.stats["incremental"] > 0
+    torch.testing.assert_close(inc.final_state.s2_0, reb.final_state.s2_0)
+    torch.testing.assert_close(inc.final_state.mu, reb.final_state.mu)
+
+
+def test_auto_path_falls_back_to_rebuild_over_the_memory_budget():
+    X, f = problem(A=200, seed=3)
+    small = run(X, f, 60, seed=0, embedding_bytes=10)
+    big = run(X, f, 60, seed=0)
+    assert type(small.final_state).__name__ == "RebuiltState"
+    assert type(big.final_state).__name__ == "IncrementalState"
+    assert small.arms.tolist() == big.arms.tolist()
+    with pytest.raises(ValueError, match="resparsify"):
+        run(X, f, 10, resparsify="sometimes")
+    with pytest.raises(ValueError, match="repeats"):
+        run(X, f, 10, repeats="coins")
+
+
+def test_categorical_regime_keeps_batch_and_dictionary_invariants():
+    """One-hot library with a large effective dimension: every pull enters the
+    dictionary and every batch has one point (issue 14); both paths agree."""
+    from botorch_sketch.datasets import categorical_library
+
+    X, f = categorical_library(num_inputs=4, num_levels=4, seed=0)
+    assert X.shape == (256, 16)
+    torch.testing.assert_close(X.norm(dim=-1), torch.ones(256, dtype=DT))
+    runs = {}
+    for mode in ("incremental", "rebuild"):
+        k, kd = rbf_kernel(1.0)
+        oracle = noisy_oracle(f, 0.1, torch.Generator().manual_seed(5))
+        runs[mode] = run_bbkb(
+            X, oracle, 80, k, kd, 1e-2, beta="reference_code", xi=0.1, seed=0,
+            init=torch.tensor([0, 1]), f_true=f, progress=False, resparsify=mode,
+        )  # fmt: skip
+    res = runs["incremental"]
+    assert res.arms.tolist() == runs["rebuild"].arms.tolist()
+    assert (res.batch_sizes[1:] == 1).all()  # batches of one point
+    steps = torch.arange(res.arms.numel())
+    # The dictionary used at step t >= 2 holds every arm pulled before it (m = t
+    # while the arms are distinct), and never an arm that was not pulled.
+    distinct = torch.tensor(
+        [torch.unique(res.arms[:t]).numel() for t in steps.tolist()]
+    )
+    assert torch.equal(res.dict_size[2:], distinct[2:])
+    st = res.final_state
+    pulled = (st.counts > 0).nonzero().squeeze(-1)
+    assert torch.isin(st.S_idx, pulled).all()
+    assert st.rank == st.dict_size  # no point of this library is in the span
+    assert st.stats["incremental"] > 0.9 * res.num_batches  # refreshes while r is tiny
