@@ -47,7 +47,7 @@ from torch import Tensor
 
 from botorch_sketch import linalg
 from botorch_sketch.bbkb.kernels import KernelDiagFn, KernelFn
-from botorch_sketch.incremental_nystrom import DEFAULT_RTOL, IncrementalNystrom
+from botorch_sketch.incremental_nystrom import IncrementalNystrom
 
 logger = logging.getLogger(__name__)
 
@@ -641,11 +641,11 @@ class IncrementalState(BatchState):
         lam: Ridge ``lam > 0``.
         kdiag: Optional cached ``kernel_diag(arms)``.
         chunk_size: Columns processed at once by full sweeps.
-        rtol: Rank rule of the embedding
-            (:data:`~botorch_sketch.incremental_nystrom.DEFAULT_RTOL`).
+        rtol: Rank rule of the embedding (default
+            :data:`~botorch_sketch.incremental_nystrom.DEFAULT_RTOL` in float64).
         check_rtol: Tolerance of the accuracy check (relative to ``s2_0 + 1`` and
-            ``|mu| + 1``).
-        drift_tol: Tolerance of the embedding drift.
+            ``|mu| + 1``; default ``max(1e-7, 1e4 eps)``).
+        drift_tol: Tolerance of the embedding drift (default ``1e5 eps``).
         reorthonormalize_every: Dictionary changes between periodic resets
             (default ``max(1024, 16 m)`` at each reset).
         refresh_fraction: See "when each path runs" (``math.inf``: never refresh
@@ -664,9 +664,9 @@ class IncrementalState(BatchState):
         *,
         kdiag: Tensor | None = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
-        rtol: float = DEFAULT_RTOL,
-        check_rtol: float = 1e-7,
-        drift_tol: float = 1e-10,
+        rtol: float | None = None,
+        check_rtol: float | None = None,
+        drift_tol: float | None = None,
         reorthonormalize_every: int | None = None,
         refresh_fraction: float = 0.5,
     ) -> None:
@@ -674,7 +674,9 @@ class IncrementalState(BatchState):
         self.arms, self.kernel, self.kernel_diag = arms, kernel, kernel_diag
         self.lam, self.chunk_size = float(lam), int(chunk_size)
         self.kdiag = kernel_diag(arms) if kdiag is None else kdiag
-        self.check_rtol, self.drift_tol = float(check_rtol), float(drift_tol)
+        eps = torch.finfo(arms.dtype).eps
+        self.check_rtol = max(1e-7, 1e4 * eps) if check_rtol is None else check_rtol
+        self.drift_tol = 1e5 * eps if drift_tol is None else drift_tol
         self.reorthonormalize_every = reorthonormalize_every
         self.refresh_fraction = float(refresh_fraction)
         self.emb = IncrementalNystrom(

@@ -300,3 +300,19 @@ def test_incremental_state_validation():
         state.resparsify(torch.tensor([10**6]), counts, sums)
     with pytest.raises(ValueError, match="lam"):
         IncrementalState(arms, k, kd, S, counts, sums, 0.0)
+
+
+def test_incremental_state_in_float32_for_moderate_lam():
+    """float32 (lam = 0.05): ~1e-3 relative accuracy, as the rebuild path."""
+    k, kd = rbf_kernel(0.1)
+    state = None
+    for arms, S, counts, sums in _random_resparsifications(4, steps=25, dup=False):
+        a32, c32, s32 = arms.float(), counts.float(), sums.float()
+        if state is None:
+            state = IncrementalState(a32, k, kd, S, c32, s32, 0.05)
+        else:
+            state.resparsify(S, c32, s32)
+    ref = rebuild(arms, k, kd, S, counts, sums, 0.05)
+    assert state.s2_0.dtype == torch.float32 and state.stats["incremental"] > 10
+    torch.testing.assert_close(state.s2_0.double(), ref.s2_0, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(state.mu.double(), ref.mu, rtol=0, atol=1e-3)
