@@ -275,7 +275,7 @@ class IncrementalNystrom:
             at most ``n x k`` (new columns) or ``m x m`` (a reset) blocks.
         kdiag: ``n`` prior variances ``k(x, x)``.
         rtol: Relative Schur residual below which a point counts as in the span
-            (default :data:`DEFAULT_RTOL` in float64, ``1e4 eps`` in lower
+            (default :data:`DEFAULT_RTOL` in float64, ``1e3 eps`` in lower
             precision).
         capacity: Initial number of coordinate rows allocated (grows by 50 %).
     """
@@ -296,7 +296,7 @@ class IncrementalNystrom:
         if not X.is_floating_point():
             raise ValueError(f"X must be floating point, got {X.dtype}.")
         if rtol is None:
-            rtol = max(DEFAULT_RTOL, 1e4 * torch.finfo(X.dtype).eps)
+            rtol = max(DEFAULT_RTOL, 1e3 * torch.finfo(X.dtype).eps)
         if not 0 < rtol < 1:
             raise ValueError(f"rtol must lie in (0, 1), got {rtol}.")
         n = X.shape[0]

@@ -71,7 +71,8 @@ def test_random_insertions_and_removals_match_the_pseudo_inverse(kernel_name):
     emb = IncrementalNystrom(X, kernel, kdiag, capacity=2)
     S: set[int] = set()
     for step in range(60):
-        add = torch.randint(120, (int(torch.randint(0, 6, (1,), generator=g)),))
+        n = int(torch.randint(0, 6, (1,), generator=g))
+        add = torch.randint(120, (n,), generator=g)
         cur = emb.members
         remove = cur[torch.rand(cur.numel(), generator=g) < 0.2]
         emb.update(add=add, remove=remove)
