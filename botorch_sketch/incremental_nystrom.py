@@ -17,7 +17,8 @@ valid embedding. :class:`IncrementalNystrom` keeps, for ``r = dim E_S``:
   the other members lie in that span numerically (their Schur residual is at most
   ``rtol k(s, s)`` when they are inserted);
 - ``N = M^{-1}`` where ``M = Zt[:, pivots]^T`` (``r x r``, row ``j`` is ``z(p_j)``,
-  ``M M^T = K_PP``), updated, never refactorised;
+  ``M M^T = K_PP``), updated by removals and extended lazily after insertions
+  (:attr:`IncrementalNystrom.N`);
 - ``residual(x) = k(x, x) - ||z(x)||^2`` (kernel units, the Nyström residual).
 
 **Insertion** of candidates ``C`` (block classical Gram-Schmidt in feature space):
@@ -29,8 +30,9 @@ duplicated points, become non-pivot members). The ``k`` new orthonormal directio
 
     w(x) = R^{-1} (k_C(x) - L_C^T z(x)),                  O(n k (d + r)),
 
-``M`` gains the block row ``[L_C^T, R]`` (block lower triangular) and
-``N <- [[N, 0], [-R^{-1} L_C^T N, R^{-1}]]``, ``O(r^2 k)``.
+``M`` gains the block row ``[L_C^T, R]`` (block lower triangular), so ``N``
+becomes ``[[N, 0], [-R^{-1} L_C^T N, R^{-1}]]``; that extension is deferred until
+``N`` is needed (``O(r^2 k)`` then), so insertions cost no ``O(r^2)`` work.
 
 **Removal** of pivots ``J`` (``k`` of them): since ``M N = I``, the columns
 ``G = N[:, J]`` span the coordinate directions orthogonal to the remaining pivots'
@@ -357,7 +359,29 @@ class IncrementalNystrom:
 
     @property
     def N(self) -> Tensor:
-        r"""``r x r`` inverse of ``M = Zt[:, pivots]^T``."""
+        r"""``r x r`` inverse of ``M = Zt[:, pivots]^T`` (materialised on demand).
+
+        Insertions only append pivots, and the block of ``M`` of the ``p`` pivots
+        appended since the last materialisation, on their own ``p`` coordinates,
+        is lower triangular (a pivot has no component along later directions).
+        So ``N = [[N_0, 0], [-T^{-1} L^T N_0, T^{-1}]]`` with ``T`` that block and
+        ``L^T`` their coordinates on the first ``r_0``: one triangular solve and
+        one product, ``O(p r^2)``, done only when a removal or :meth:`drift`
+        needs ``N`` (never, in a run without removals).
+        """
+        r0, r = self._N.shape[0], self._rank
+        if r0 < r:
+            Mp = self._Zt[:r, self._pivots[r0:]].mT  # p x r
+            T_inv = torch.linalg.solve_triangular(
+                Mp[:, r0:].tril(),
+                torch.eye(r - r0, dtype=Mp.dtype, device=Mp.device),
+                upper=False,
+            )
+            N = Mp.new_zeros(r, r)
+            N[:r0, :r0] = self._N
+            N[r0:, r0:] = T_inv
+            N[r0:, :r0] = -T_inv @ (Mp[:, :r0] @ self._N)
+            self._N = N
         return self._N
 
     def coordinates(self, idx: Tensor, after: RemovalPlan | None = None) -> Tensor:
@@ -393,7 +417,7 @@ class IncrementalNystrom:
         if k == 0:
             empty = self.X.new_empty(r, 0)
             return RemovalPlan(points, positions, empty, self.X.new_empty(0, 0))
-        G = self._N[:, positions].flip(0)
+        G = self.N[:, positions].flip(0)
         a, tau = torch.geqrf(G)
         Y, T = compact_wy(a, tau)
         return RemovalPlan(points, positions, Y.flip(0), T)
@@ -529,7 +553,7 @@ class IncrementalNystrom:
         self._residual += Z[r - k :].square().sum(0)
         keep = torch.ones(r, dtype=torch.bool, device=self.X.device)
         keep[plan.positions] = False
-        self._N = plan.rotate(self._N)[: r - k][:, keep]
+        self._N = plan.rotate(self.N)[: r - k][:, keep]
         self._pivots = self._pivots[keep]
         self._rank = r - k
 
@@ -540,11 +564,6 @@ class IncrementalNystrom:
         W = self._Zt[r : r + k]
         torch.matmul(plan.chol_inv, K - LZ, out=W)
         self._residual -= W.square().sum(0)
-        N = self.X.new_zeros(r + k, r + k)
-        N[:r, :r] = self._N
-        N[r:, :r] = -plan.chol_inv @ (plan.coords.mT @ self._N)
-        N[r:, r:] = plan.chol_inv
-        self._N = N
         self._pivots = torch.cat([self._pivots, plan.points])
         self._rank = r + k
 
@@ -609,9 +628,10 @@ class IncrementalNystrom:
         x = torch.cos(torch.arange(r, dtype=self.X.dtype, device=self.X.device))
         piv = self._pivots
         M = self._Zt[:r, piv].mT
-        cond = M.abs().sum(1).max() * self._N.abs().sum(1).max()
+        N = self.N
+        cond = M.abs().sum(1).max() * N.abs().sum(1).max()
         errs = [
-            (M @ (self._N @ x) - x).abs().max() / cond,
+            (M @ (N @ x) - x).abs().max() / cond,
             (self._residual[piv].abs() / self.kdiag[piv]).max(),
         ]
         if kernel_check:

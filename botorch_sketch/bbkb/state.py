@@ -563,8 +563,88 @@ def _sym(A: Tensor) -> Tensor:
     return 0.5 * (A + A.mT)
 
 
+class _Grown:
+    """A matrix in a buffer with spare rows and columns (grown by 50 %), so that
+    appending rows or columns does not copy it."""
+
+    def __init__(self, A: Tensor) -> None:
+        self.buf, self.shape = A.clone(), tuple(A.shape)
+
+    @property
+    def view(self) -> Tensor:
+        return self.buf[: self.shape[0], : self.shape[1]]
+
+    def set(self, A: Tensor) -> Tensor:
+        self.resize(*A.shape)
+        self.view.copy_(A)
+        return self.view
+
+    def resize(self, rows: int, cols: int) -> Tensor:
+        R, Cc = self.buf.shape
+        if rows > R or cols > Cc:
+            buf = self.buf.new_empty(max(rows, R + R // 2), max(cols, Cc + Cc // 2))
+            r, c = min(rows, self.shape[0]), min(cols, self.shape[1])
+            buf[:r, :c] = self.buf[:r, :c]
+            self.buf = buf
+        self.shape = (rows, cols)
+        return self.view
+
+
 def _solve_lower(L: Tensor, B: Tensor) -> Tensor:
     return torch.linalg.solve_triangular(L, B, upper=False)
+
+
+class _Deferred:
+    """``base + sum_j L_j R_j^T`` with the low-rank terms (each on a leading block,
+    zero-padded) applied together once they hold :attr:`MAX_PENDING` columns: a
+    rank-one update of an ``r x r`` matrix is one memory pass over it, ``k`` of
+    them in one product are one pass too."""
+
+    MAX_PENDING = 32
+
+    def __init__(self, A: Tensor) -> None:
+        self.base = _Grown(A)
+        self.terms: list[tuple[Tensor, Tensor]] = []
+        self.width = 0
+
+    def add(self, L: Tensor, R: Tensor) -> None:
+        self.terms.append((L, R))
+        self.width += L.shape[-1]
+        if self.width > self.MAX_PENDING:
+            self.flush()
+
+    def matmul(self, X: Tensor) -> Tensor:
+        out = self.base.view @ X
+        for L, R in self.terms:
+            r = L.shape[0]
+            out[:r] += L @ (R.mT @ X[:r])
+        return out
+
+    def flush(self) -> None:
+        if not self.terms:
+            return
+        n = self.base.shape[0]
+        Lp = self.base.buf.new_zeros(n, self.width)
+        Rp = self.base.buf.new_zeros(n, self.width)
+        j = 0
+        for L, R in self.terms:
+            r, k = L.shape
+            Lp[:r, j : j + k], Rp[:r, j : j + k] = L, R
+            j += k
+        self.base.view.addmm_(Lp, Rp.mT)
+        self.terms, self.width = [], 0
+
+    @property
+    def view(self) -> Tensor:
+        self.flush()
+        return self.base.view
+
+    def resize(self, n: int) -> Tensor:
+        return self.base.resize(n, n)
+
+    def set(self, A: Tensor) -> None:
+        self.terms, self.width = [], 0
+        self.base.set(A)
 
 
 class IncrementalState(BatchState):
@@ -647,7 +727,7 @@ class IncrementalState(BatchState):
             ``|mu| + 1``; default ``max(1e-7, 1e4 eps)``).
         drift_tol: Tolerance of the embedding drift (default ``1e5 eps``).
         reorthonormalize_every: Dictionary changes between periodic resets
-            (default ``max(1024, 16 m)`` at each reset).
+            (default ``max(1024, 16 m)`` with the current ``m``).
         refresh_fraction: See "when each path runs" (``math.inf``: never refresh
             for cost reasons, e.g. in tests).
     """
@@ -704,19 +784,19 @@ class IncrementalState(BatchState):
 
     @property
     def V(self) -> Tensor:
-        r"""``r x r`` matrix ``V_fb`` (do not modify)."""
-        return self._V
+        r"""``r x r`` matrix ``V_fb`` (a view, updated in place; do not modify)."""
+        return self._V.view
 
     @property
     def Vinv(self) -> Tensor:
-        r"""``r x r`` inverse ``V_fb^{-1}`` (do not modify)."""
-        return self._Vinv
+        r"""``r x r`` inverse ``V_fb^{-1}`` (a view, updated in place)."""
+        return self._Vinv.view
 
     @property
     def L(self) -> Tensor:
         r"""``r x r`` lower Cholesky factor of ``V_fb`` (computed on demand)."""
         if self._L is None:
-            self._L = torch.linalg.cholesky(_sym(self._V))
+            self._L = torch.linalg.cholesky(_sym(self.V))
         return self._L
 
     def embed(self, idx: Tensor | None = None) -> Tensor:
@@ -752,7 +832,10 @@ class IncrementalState(BatchState):
         new = S_idx[~torch.isin(S_idx, members)]
         k_out = int(torch.isin(emb.pivots, gone).sum())
         self._since_reset += gone.numel() + new.numel()
-        if self._since_reset > self._reorth_every:
+        every = self.reorthonormalize_every
+        if every is None:  # a reset costs about 16 m changes' worth of updates
+            every = max(1024, 16 * max(S_idx.numel(), members.numel()))
+        if self._since_reset > every:
             self._reset(S_idx, counts, reward_sums)
             return self
         r_new = self.rank - k_out + new.numel()
@@ -790,18 +873,20 @@ class IncrementalState(BatchState):
         if r and pulled.numel():
             Zb = emb.coordinates(pulled)
             self._b = self._b + Zb @ dy
-            self._V = self._V + (Zb * dn) @ Zb.mT
-            C = self._Vinv @ Zb
+            self._V.add(Zb * dn, Zb)
+            C = self._Vinv.matmul(Zb)
             Ls = torch.linalg.cholesky(_sym(Zb.mT @ C + torch.diag(dn.reciprocal())))
             E = _solve_lower(Ls, C.mT).mT
-            self._Vinv = self._Vinv - E @ E.mT
+            self._Vinv.add(-E, E)
             probes.append(E)
             coefs.append(Ls.mT @ dy - E.mT @ self._b)
         self.counts, self.reward_sums = counts.clone(), reward_sums.clone()
         fresh = pulled[~torch.isin(pulled, self._P)]
         if fresh.numel():  # first pulls of these arms: extend the cache
+            n_old = self._P.numel()
             self._P = torch.cat([self._P, fresh])
-            self._ZP = torch.cat([self._ZP, emb.coordinates(fresh)], 1)
+            ZP = self._ZP.resize(r, self._P.numel())
+            ZP[:, n_old:] = emb.coordinates(fresh)
         # 2. Removals: marginalise the dropped coordinates out of V^{-1}. Since
         #    (V^{-1} - E E^T) Q_d = 0, mu loses exactly (E^T z)^T (E^T b).
         rplan = emb.plan_removal(gone)
@@ -810,16 +895,16 @@ class IncrementalState(BatchState):
         Qk = None
         if k_out:
             Qd = rplan.dropped_basis()
-            VQd = self._Vinv @ Qd
+            VQd = self._Vinv.matmul(Qd)
             L22 = torch.linalg.cholesky(_sym(Qd.mT @ VQd))
             E = _solve_lower(L22, VQd.mT).mT
             probes.append(E)
             coefs.append(-(E.mT @ self._b))
-            Vi = rplan.rotate(rplan.rotate(self._Vinv - E @ E.mT).mT)
-            self._Vinv = _sym(Vi[:keep, :keep])
-            self._V = _sym(rplan.rotate(rplan.rotate(self._V).mT)[:keep, :keep])
+            Vi = rplan.rotate(rplan.rotate(self.Vinv - E @ E.mT).mT)
+            self._Vinv.set(_sym(Vi[:keep, :keep]))
+            self._V.set(_sym(rplan.rotate(rplan.rotate(self.V).mT)[:keep, :keep]))
             self._b = rplan.rotate(self._b.unsqueeze(-1)).squeeze(-1)[:keep]
-            self._ZP = rplan.rotate(self._ZP)[:keep]
+            self._ZP.set(rplan.rotate(self._ZP.view)[:keep])
             Qk = rplan.kept_basis()
         width = sum(p.shape[-1] for p in probes)
         # 3. Insertions: Schur complement of the new coordinates in V; the first
@@ -828,29 +913,29 @@ class IncrementalState(BatchState):
         iplan = emb.plan_insertion(new, after=rplan)
         k_in = iplan.num_new
         if k_in:
-            P, ZP = self._P, self._ZP
+            P, ZP = self._P, self._ZP.view
             nP = counts[P]
             WP = emb.new_coordinates(iplan, P, after=rplan, coords=ZP)
             B = (ZP * nP) @ WP.mT
             eye = torch.eye(k_in, dtype=B.dtype, device=B.device)
             Cc = (WP * nP) @ WP.mT + lam * eye
-            U = self._Vinv @ B
+            U = self._Vinv.matmul(B)
             Ls = torch.linalg.cholesky(_sym(Cc - B.mT @ U))
             s_inv = torch.cholesky_inverse(Ls)
             Us = U @ s_inv
             b_w = WP @ reward_sums[P]
             g = s_inv @ (U.mT @ self._b - b_w)
-            Vi = self._Vinv.new_empty(keep + k_in, keep + k_in)
-            Vi[:keep, :keep] = self._Vinv + Us @ U.mT
+            # The rank-k update of V^{-1} is deferred (_Deferred), the new rows
+            # and columns are written in place: no O(r^2) work here.
+            self._Vinv.add(Us, U)
+            Vi = self._Vinv.resize(keep + k_in)
             Vi[:keep, keep:] = -Us
             Vi[keep:, :keep] = -Us.mT
             Vi[keep:, keep:] = s_inv
-            V = self._V.new_empty(keep + k_in, keep + k_in)
-            V[:keep, :keep], V[:keep, keep:] = self._V, B
-            V[keep:, :keep], V[keep:, keep:] = B.mT, Cc
+            V = self._V.resize(keep + k_in)
+            V[:keep, keep:], V[keep:, :keep], V[keep:, keep:] = B, B.mT, Cc
             self._b = torch.cat([self._b, b_w])
-            self._Vinv, self._V = _sym(Vi), V
-            self._ZP = torch.cat([ZP, WP])
+            self._ZP.resize(keep + k_in, P.numel())[keep:] = WP
             if keep:
                 probes.append(U if Qk is None else Qk @ U)
                 coefs.append(g)
@@ -890,17 +975,17 @@ class IncrementalState(BatchState):
         r, Zt = self.rank, self.emb.Zt
         P = (counts > 0).nonzero().squeeze(-1)
         ZP = Zt[:, P]
-        self._P, self._ZP = P, ZP  # coordinates of the pulled arms, kept updated
+        self._P, self._ZP = P, _Grown(ZP)  # pulled arms' coordinates, kept updated
         eye = torch.eye(r, dtype=Zt.dtype, device=Zt.device)
-        self._V = _sym((ZP * counts[P]) @ ZP.mT) + self.lam * eye
-        L = torch.linalg.cholesky(self._V)
-        self._Vinv = torch.cholesky_inverse(L)
+        V = _sym((ZP * counts[P]) @ ZP.mT) + self.lam * eye
+        L = torch.linalg.cholesky(V)
+        self._V, self._Vinv = _Deferred(V), _Deferred(torch.cholesky_inverse(L))
         self._b = ZP @ reward_sums[P]
         q = self._zeros()
         if r:
             for lo, hi in _chunks(self.num_arms, self.chunk_size):
                 q[lo:hi] = _solve_lower(L, Zt[:, lo:hi]).square().sum(0)
-            mu = (self._Vinv @ self._b) @ Zt
+            mu = (self._Vinv.matmul(self._b)) @ Zt
         else:
             mu = self._zeros()
         self._q = q
@@ -917,12 +1002,6 @@ class IncrementalState(BatchState):
         self.emb.reset(S_idx)
         self._refresh(counts, reward_sums)
         self._since_reset = 0
-        m = S_idx.numel()
-        self._reorth_every = (
-            max(1024, 16 * m)
-            if self.reorthonormalize_every is None
-            else int(self.reorthonormalize_every)
-        )
         self._work = 0.0
         self.stats["reset"] += 1
 
@@ -957,8 +1036,10 @@ class IncrementalState(BatchState):
             [
                 ((self.s2_0[idx] - s2).abs() / (1 + s2)).max(),
                 ((self.mu[idx] - mu).abs() / (1 + mu.abs())).max(),
-                (self._V - V).abs().max() / V.abs().max(),
-                (self._ZP - Zt[:, self._P]).abs().max() if P.numel() else V[0, 0] * 0,
+                (self.V - V).abs().max() / V.abs().max(),
+                (self._ZP.view - Zt[:, self._P]).abs().max()
+                if P.numel()
+                else V[0, 0] * 0,
             ]
         )
         return float(err.max()), self.emb.drift()
