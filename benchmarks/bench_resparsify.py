@@ -564,7 +564,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=pathlib.Path, default=RESULTS)
     p.add_argument("--sections", default="reference,categorical")
-    p.add_argument("--reference-code", default=None, help="local batch-bkb checkout")
+    p.add_argument(
+        "--reference-code",
+        default=os.environ.get("BBKB_REFERENCE_CODE"),
+        help="local copy of luigicarratino/batch-bkb (default: $BBKB_REFERENCE_CODE)",
+    )
     p.add_argument("--datasets", default="cadata,abalone")
     p.add_argument("--T", default="2000,10000")
     p.add_argument("--seeds", default="0,1,2")

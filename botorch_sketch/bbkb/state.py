@@ -65,8 +65,8 @@ __all__ = [
 DEFAULT_CHUNK_SIZE = 65_536
 
 #: :class:`IncrementalState` checks its accuracy once its incremental work since
-#: the last check exceeds this multiple of the check's cost (<= ~2 % overhead).
-CHECK_WORK_RATIO = 64
+#: the last check exceeds this multiple of the check's cost (<= ~0.5 % overhead).
+CHECK_WORK_RATIO = 256
 
 #: :func:`rebuild` uses the fused one-product sweep when ``A >= ratio * r``.
 FUSED_MIN_RATIO = 8
