@@ -665,7 +665,7 @@ class IncrementalState(BatchState):
        ``q(a) -= ||E^T z(a)||^2``;
     2. ``k_out`` pivots leave: the embedding drops the coordinates ``Q_d`` (an
        orthonormal ``r x k_out`` block, see
-       :meth:`~botorch_sketch.incremental_nystrom.IncrementalNystrom.apply_removal`);
+       :meth:`~botorch_sketch.incremental_nystrom.IncrementalNystrom.apply`);
        marginalising them out of ``V^{-1}`` (Schur complement), ``E = V^{-1} Q_d
        L^{-T}`` with ``L L^T = Q_d^T V^{-1} Q_d``: ``q(a) -= ||E^T z(a)||^2``,
        ``V^{-1} <- Q_k^T (V^{-1} - E E^T) Q_k``, ``V <- Q_k^T V Q_k``, ``b <- Q_k^T
@@ -683,9 +683,14 @@ class IncrementalState(BatchState):
     The projections of all arms that steps 1-4 need are computed in the matrix
     product that updates ``Z`` (probes), so a resparsification costs about
     ``2 A r (p + 3 k_out + 2 k_in)`` flops in two passes over ``Z``,
-    plus ``O(A d k_in)`` kernel evaluations and ``O(r^2 (p + k) + |P| r k_in)``;
-    a full recomputation costs ``~A r^2 + 2 |P| r^2 + r^3`` (:meth:`refresh`) and
-    a new embedding ``O(A m (d + r))`` (:meth:`reset`).
+    plus ``O(A d k_in)`` kernel evaluations and ``O(|P| r k_in)``. The low-rank
+    updates of ``V`` and ``V^{-1}`` are deferred and applied 32 columns at a time
+    (one product), and the new rows and columns are written into grown buffers,
+    so the ``O(r^2)`` work per resparsification is about two matrix-vector
+    products with ``V^{-1}``: with the dictionary growing with ``t`` (``r = t``)
+    the total stays ``O(A T^2)``. A full recomputation costs ``~A r^2 + 2 |P| r^2
+    + r^3`` (:meth:`refresh`) and a new embedding ``O(A m (d + r))``
+    (:meth:`reset`).
 
     When each path runs:
 
@@ -693,14 +698,12 @@ class IncrementalState(BatchState):
     - :meth:`refresh` (``V`` from ``Z``, its Cholesky factor, ``q`` and ``mu`` of
       all arms; the embedding itself still updated incrementally) when it is
       cheaper, i.e. ``p + k_out + k_in > refresh_fraction * r`` (``r`` after the
-      change; the incremental work is ``~2 A r (p + k)``, a refresh ``~A r^2``), or
-      when the accuracy check
-      fails: after every resparsification whose work since the last check
+      change; the incremental work is ``~2 A r (p + k)``, a refresh ``~A r^2``),
+      or when the accuracy check fails: once the work since the last check
       exceeds :data:`CHECK_WORK_RATIO` times the check's ``O(r^3 + |P| r^2)``
-      cost, ``V`` is recomputed from
-      ``Z`` and ``s2_0`` and ``mu`` of a probe set of arms (the batch's distinct
-      arms and the first pivots) are recomputed exactly; a relative discrepancy
-      above ``check_rtol`` (or of ``V``) triggers a refresh;
+      cost, :meth:`check` recomputes ``V`` from ``Z`` and ``s2_0`` and ``mu`` of
+      a probe set of arms (the batch's distinct arms and the first pivots), and
+      a relative discrepancy above ``check_rtol`` triggers a refresh;
     - :meth:`reset` (embedding recomputed from the kernel, then a refresh) when
       the embedding's drift (:meth:`~botorch_sketch.incremental_nystrom.
       IncrementalNystrom.drift`, checked at the same times) exceeds
