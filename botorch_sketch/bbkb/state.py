@@ -65,8 +65,12 @@ __all__ = [
 DEFAULT_CHUNK_SIZE = 65_536
 
 #: :class:`IncrementalState` checks its accuracy once its incremental work since
-#: the last check exceeds this multiple of the check's cost (<= ~0.5 % overhead).
-CHECK_WORK_RATIO = 256
+#: the last check exceeds this multiple of the check's cost, ``r^3 + 2 |P| r^2``
+#: flops plus :data:`CHECK_OVERHEAD` for its fixed cost (<= ~2 % overhead).
+CHECK_WORK_RATIO = 64
+
+#: Fixed cost of a check in flop equivalents (~1 ms of small operations here).
+CHECK_OVERHEAD = 2e7
 
 #: :func:`rebuild` uses the fused one-product sweep when ``A >= ratio * r``.
 FUSED_MIN_RATIO = 8
@@ -1050,7 +1054,7 @@ class IncrementalState(BatchState):
     def _maybe_check(self, pulled: Tensor) -> None:
         r = self.rank
         P = int((self.counts > 0).sum())
-        if self._work < CHECK_WORK_RATIO * (r**3 + 2.0 * P * r**2):
+        if self._work < CHECK_WORK_RATIO * (r**3 + 2.0 * P * r**2 + CHECK_OVERHEAD):
             return
         self._work = 0.0
         self.stats["checks"] += 1
