@@ -45,13 +45,14 @@ the dropped coordinates go back into ``residual``, and ``N <- (Q^T N)[:r-k, kept
 Removing a non-pivot member changes only the bookkeeping; after a pivot removal
 the remaining non-pivot members are re-tried at the next insertion.
 
-**Probes.** Both steps take an optional ``r x w`` matrix ``P`` and return ``P^T Zt``
-for the coordinates BEFORE the change, computed in the same matrix product as the
-update (one pass over ``Zt``). A caller that keeps quantities quadratic in ``z``
-for all points (e.g. the DTC variances ``z(x)^T V^{-1} z(x)``,
+**Probes.** :meth:`IncrementalNystrom.apply` performs a removal and an insertion
+planned after it in one pass over ``Zt``, and takes an optional ``r x w`` matrix
+``P``: it returns ``P^T Zt`` for the coordinates BEFORE the change, computed in the
+same matrix product as the update. A caller that keeps quantities quadratic in
+``z`` for all points (e.g. the DTC variances ``z(x)^T V^{-1} z(x)``,
 :mod:`botorch_sketch.bbkb.state`) updates them from these projections in
-``O(n w)``; the two-phase API (``plan_*`` decides, ``apply_*`` changes ``Zt``) lets it
-compute ``P`` from the plan first.
+``O(n w)``; the two-phase API (``plan_removal`` / ``plan_insertion`` decide,
+``apply`` changes ``Zt``) lets it compute ``P`` from the plans first.
 
 **Accuracy.** Every step is backward stable (orthogonal transformations,
 triangular solves with ``R`` whose diagonal is at least ``sqrt(rtol k(c, c))``), but
