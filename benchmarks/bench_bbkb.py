@@ -503,16 +503,19 @@ def both_scalings(dataset: str, out: pathlib.Path) -> list[str]:
     lines = [
         *head,
         "From `bbkb_reference.md` (`bench_resparsify.py`: two random initial arms, "
-        "3 seeds, the authors' code in the same process):",
+        "3 seeds, the authors' code in the same process; time = wall, oracle "
+        "excluded, CPU = process time; `load` there):",
         "",
-        "| features | T | code | time (s) | regret ratio @T | batches | final dict. |",
-        "|---|---|---|---|---|---|---|",
+        "| features | T | code | time (s) | CPU (s) | regret ratio @T | batches | "
+        "final dict. |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for (scaling, T, method), g in sorted(groups.items()):
         cells = [
             mean_spread([float(r[k]) for r in g], fmt)
             for k, fmt in (
                 ("wall_s", "{:.3g}"),
+                ("cpu_s", "{:.3g}"),
                 ("regret_ratio", "{:.4f}"),
                 ("batches", "{:.0f}"),
                 ("final_dict", "{:.0f}"),
