@@ -481,6 +481,55 @@ def target_lines(dataset: str, stats_rows: Sequence[dict]) -> list[str]:
     return lines
 
 
+SCALING_LABELS = {"minmax": "min-max", "standardize": "standardized", "none": "raw"}
+
+
+def both_scalings(dataset: str, out: pathlib.Path) -> list[str]:
+    """Global-BBKB with both feature scalings, from ``bbkb_reference.csv``.
+
+    That file is written by ``bench_resparsify.py`` (side by side with the authors'
+    code, ``beta="reference_code"``); without it, a line says so.
+    """
+    path = out / "bbkb_reference.csv"
+    head = ["## Both feature scalings (Global-BBKB, `beta=\"reference_code\"`)", ""]
+    if not path.is_file():
+        return [*head, "`bbkb_reference.csv` not found: run `bench_resparsify.py`.", ""]
+    with path.open() as fh:
+        rows = [r for r in csv.DictReader(fh) if r["dataset"] == dataset]
+    groups: dict[tuple[str, int, str], list[dict]] = {}
+    for r in rows:
+        if r["method"] in ("ours", "authors"):
+            groups.setdefault((r["scaling"], int(r["T"]), r["method"]), []).append(r)
+    lines = [
+        *head,
+        "From `bbkb_reference.md` (`bench_resparsify.py`: two random initial arms, "
+        "3 seeds, the authors' code in the same process; time = wall, oracle "
+        "excluded, CPU = process time; `load` there):",
+        "",
+        "| features | T | code | time (s) | CPU (s) | regret ratio @T | batches | "
+        "final dict. |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for (scaling, T, method), g in sorted(groups.items()):
+        cells = [
+            mean_spread([float(r[k]) for r in g], fmt)
+            for k, fmt in (
+                ("wall_s", "{:.3g}"),
+                ("cpu_s", "{:.3g}"),
+                ("regret_ratio", "{:.4f}"),
+                ("batches", "{:.0f}"),
+                ("final_dict", "{:.0f}"),
+            )
+        ]
+        name = "ours" if method == "ours" else "authors'"
+        lines.append(
+            f"| {SCALING_LABELS.get(scaling, scaling)} | {T} | {name} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return [*lines, ""]
+
+
 def write_markdown(
     path: pathlib.Path,
     dataset: str,
@@ -506,7 +555,16 @@ def write_markdown(
         "ms/step 1k-2k | ms/step 9k-10k | batches | final dict. size | "
         "regret ratio @2,000 | regret ratio @T |"
     )
-    lines = [f"# {title}", "", head, "|" + "---|" * 12]
+    scaling = SCALING_LABELS.get(args.scaling, args.scaling)
+    lines = [
+        f"# {title}: {scaling} features",
+        "",
+        f"Every number in the first table uses **{scaling}** features "
+        f"(`--scaling {args.scaling}`); the next section shows both scalings.",
+        "",
+        head,
+        "|" + "---|" * 12,
+    ]
     groups: dict[tuple[str, float], list[dict]] = {}
     for s in stats_rows:
         groups.setdefault((s["method"], float(s["lengthscale"])), []).append(s)
@@ -526,6 +584,7 @@ def write_markdown(
     ]
     if targets:
         lines += target_lines(dataset, stats_rows) + [""]
+    lines += both_scalings(dataset, path.parent)
     argvs = args.argv if args.argv and isinstance(args.argv[0], list) else [args.argv]
     commands = [
         "OMP_NUM_THREADS=1 " + " ".join(shlex.quote(a) for a in argv) for argv in argvs

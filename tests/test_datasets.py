@@ -277,3 +277,22 @@ def test_rescaled_real_target_in_unit_interval(data_dir: pathlib.Path) -> None:
     X, _ = load_abalone(data_dir)
     Z = standardize_features(X)
     assert torch.allclose(Z.mean(0), torch.zeros(8, dtype=Z.dtype), atol=1e-10)
+
+
+def test_categorical_library() -> None:
+    from botorch_sketch.datasets import categorical_library
+
+    X, f = categorical_library(num_inputs=3, num_levels=4, seed=1)
+    assert X.shape == (64, 12) and f.shape == (64,) and X.dtype == torch.float64
+    torch.testing.assert_close(X.norm(dim=-1), torch.ones(64, dtype=torch.float64))
+    # One level per input block; arm a has level (a // 4^i) % 4 for input i.
+    blocks = (X.reshape(64, 3, 4) > 0).to(torch.long)
+    assert torch.equal(blocks.sum(-1), torch.ones(64, 3, dtype=torch.long))
+    a = torch.arange(64)
+    for i in range(3):
+        assert torch.equal(blocks[:, i].argmax(-1), (a // 4**i) % 4)
+    assert f.min() == 0 and f.max() == 1
+    assert torch.equal(f, categorical_library(3, 4, seed=1)[1])
+    assert not torch.equal(f, categorical_library(3, 4, seed=2)[1])
+    with pytest.raises(ValueError, match="num_levels"):
+        categorical_library(2, 1)

@@ -165,15 +165,35 @@ def test_hallucinated_updates_equal_full_recompute(data):
 
 
 def test_rls_inclusion_probabilities_clip_and_counts():
-    var = torch.tensor([0.01, 0.2, 5.0], dtype=DT)
+    var = torch.tensor([0.01, 0.2, 5.0, 0.3, -1e-9], dtype=DT)
     p = linalg.rls_inclusion_probabilities(var, 2.0)
-    torch.testing.assert_close(p, torch.tensor([0.02, 0.4, 1.0], dtype=DT))
-    counts = torch.tensor([3, 2, 1])
-    pc = linalg.rls_inclusion_probabilities(var, 2.0, counts)
-    expected = torch.tensor([1 - 0.98**3, 1 - 0.6**2, 1.0], dtype=DT)
-    torch.testing.assert_close(pc, expected)
+    torch.testing.assert_close(p, torch.tensor([0.02, 0.4, 1.0, 0.6, 0.0], dtype=DT))
+    counts = torch.tensor([3, 2, 1, 0, 4])
+    # Union bound (default, the authors' code): min(1, q_bar n s2).
+    union = linalg.rls_inclusion_probabilities(var, 2.0, counts)
+    torch.testing.assert_close(
+        union, torch.tensor([0.06, 0.8, 1.0, 0.0, 0.0], dtype=DT)
+    )
+    assert torch.equal(
+        union, linalg.rls_inclusion_probabilities(var, 2.0, counts, repeats="union")
+    )
+    # One coin per pull (Alg. 1 literally): 1 - (1 - min(1, q_bar s2))^n.
+    per_pull = linalg.rls_inclusion_probabilities(var, 2.0, counts, "per_pull")
+    expected = torch.tensor([1 - 0.98**3, 1 - 0.6**2, 1.0, 0.0, 0.0], dtype=DT)
+    torch.testing.assert_close(per_pull, expected)
+    assert (union >= per_pull).all()  # the union bound is never smaller
+    # Clipping of the union: n q_bar s2 = 1.2 -> 1, one pull equals both rules.
+    big = linalg.rls_inclusion_probabilities(var[3:4], 2.0, torch.tensor([2]))
+    assert float(big) == 1.0
+    one = torch.ones(5, dtype=torch.long)
+    torch.testing.assert_close(
+        linalg.rls_inclusion_probabilities(var, 2.0, one),
+        linalg.rls_inclusion_probabilities(var, 2.0, one, "per_pull"),
+    )
     with pytest.raises(ValueError, match="q_bar"):
         linalg.rls_inclusion_probabilities(var, 0.0)
+    with pytest.raises(ValueError, match="repeats"):
+        linalg.rls_inclusion_probabilities(var, 2.0, counts, repeats="coins")
 
 
 def test_sample_dictionary_frequencies_seed_and_fallback():
@@ -196,6 +216,27 @@ def test_sample_dictionary_frequencies_seed_and_fallback():
         linalg.sample_dictionary(torch.tensor([math.nan], dtype=DT), 1.0)
     with pytest.raises(ValueError, match="non-empty"):
         linalg.sample_dictionary(torch.zeros(0, dtype=DT), 1.0)
+
+
+@pytest.mark.parametrize("repeats", ["union", "per_pull"])
+def test_sample_dictionary_with_counts_follows_the_repeat_rule(repeats):
+    var = torch.tensor([0.05, 0.1, 0.3], dtype=DT)
+    counts = torch.tensor([4, 2, 1])
+    g = torch.Generator().manual_seed(11)
+    draws = torch.stack(
+        [
+            linalg.sample_dictionary(var, 2.0, counts, g, repeats=repeats).selected
+            for _ in range(4000)
+        ]
+    )
+    freq = draws.to(DT).mean(0)
+    if repeats == "union":
+        p = torch.tensor([0.4, 0.4, 0.6], dtype=DT)
+    else:
+        p = torch.tensor([1 - 0.9**4, 1 - 0.8**2, 0.6], dtype=DT)
+    p = p / (1 - (1 - p).prod())  # empty draws are redrawn
+    tol = 4 * (p * (1 - p) / 4000).sqrt()
+    assert ((freq - p).abs() <= tol).all()
 
 
 def _exact_d_eff(X, lam, ls):

@@ -5,7 +5,8 @@ Pure-torch implementation of Calandriello, Carratino, Lazaric, Valko & Rosasco,
 resparsification" (ICML 2020) on a finite candidate set, plus the BKB, exact
 GP-UCB / GP-BUCB and uniform baselines. One concept per module:
 
-- :mod:`~botorch_sketch.bbkb.state`: frozen batch-start state and its rebuild;
+- :mod:`~botorch_sketch.bbkb.state`: frozen batch-start state, rebuilt or updated
+  incrementally at each resparsification;
 - :mod:`~botorch_sketch.bbkb.stopping`: batch stopping rules (Lemma 1, Lemma 3,
   GP-BUCB's product rule);
 - :mod:`~botorch_sketch.bbkb.schedules`: ``beta~`` / ``alpha~`` schedules;
@@ -44,7 +45,13 @@ from botorch_sketch.bbkb.selection import (
     StepRecord,
     select_batch,
 )
-from botorch_sketch.bbkb.state import BatchState, embed_arms, rebuild
+from botorch_sketch.bbkb.state import (
+    BatchState,
+    IncrementalState,
+    RebuiltState,
+    embed_arms,
+    rebuild,
+)
 from botorch_sketch.bbkb.stopping import (
     GlobalLocalRule,
     GlobalRule,
@@ -61,12 +68,14 @@ __all__ = [
     "ExactPosterior",
     "FixedSchedule",
     "GlobalLocalRule",
+    "IncrementalState",
     "GlobalRule",
     "LazyUCBSelector",
     "LocalRule",
     "PaperSchedule",
     "PooledUCBSelector",
     "ProductRule",
+    "RebuiltState",
     "ReferenceCodeSchedule",
     "StepRecord",
     "StoppingRule",

@@ -10,9 +10,11 @@ Protocol of BBKB (Calandriello et al., ICML 2020, Alg. 1; BBKB spec Sec. 3 items
    (:func:`~botorch_sketch.bbkb.selection.select_batch`, cut at the horizon),
    evaluate the whole batch (synchronous, L17), update pull counts, add the batch's
    ``log(1 + 3 s2_0)`` to ``beta~``, resample the dictionary among ALL pulled arms
-   with the batch-start variances (L11-L16, one coin per pull, i.e. ``1 - (1 -
-   min(1, q_bar s2_0))^{n_a}`` per arm, :func:`~botorch_sketch.linalg.sample_dictionary`
-   with its empty-draw fallback) and rebuild (L18).
+   with the batch-start variances (L11-L16; an arm pulled ``n_a`` times is kept with
+   probability ``min(1, q_bar n_a s2_0)`` by default, as in the authors' code, or
+   ``1 - (1 - min(1, q_bar s2_0))^{n_a}`` with ``repeats="per_pull"``, see
+   :func:`~botorch_sketch.linalg.rls_inclusion_probabilities`; empty-draw fallback
+   of :func:`~botorch_sketch.linalg.sample_dictionary`) and rebuild (L18).
 
 The initial points count toward the horizon ``T`` (as ``x_1`` in Alg. 1). Wall
 times exclude the oracle calls (the paper's runtimes exclude experimentation cost).
@@ -42,6 +44,7 @@ from botorch_sketch.bbkb.selection import (
 from botorch_sketch.bbkb.state import (
     DEFAULT_CHUNK_SIZE,
     BatchState,
+    IncrementalState,
     KernelColumnCache,
     rebuild,
 )
@@ -299,6 +302,60 @@ def _initial_batch(
     return init, y0
 
 
+#: Resparsification paths of :func:`run_bbkb`.
+RESPARSIFY_MODES = ("auto", "incremental", "rebuild")
+
+
+class _StateKeeper:
+    """Builds the next batch-start state on the incremental or the rebuild path."""
+
+    def __init__(
+        self,
+        arms: Tensor,
+        kernel: KernelFn,
+        kernel_diag: KernelDiagFn,
+        lam: float,
+        kdiag: Tensor,
+        mode: str,
+        embedding_bytes: int,
+        chunk_size: int,
+        kernel_cache: bool,
+        kernel_cache_bytes: int,
+    ) -> None:
+        self.args = (arms, kernel, kernel_diag)
+        self.lam, self.kdiag, self.mode = lam, kdiag, mode
+        self.embedding_bytes, self.chunk_size = embedding_bytes, chunk_size
+        self.cache_opts = (kernel_cache, kernel_cache_bytes)
+        self.cache: KernelColumnCache | None = None
+        self.incremental: IncrementalState | None = None
+
+    def _fits(self, m: int) -> bool:
+        arms = self.args[0]
+        need = 1.5 * arms.shape[0] * max(m, 1) * arms.element_size()
+        return need <= self.embedding_bytes
+
+    def __call__(self, S: Tensor, counts: Tensor, sums: Tensor) -> BatchState:
+        m = torch.unique(S).numel()
+        if self.mode == "incremental" or (self.mode == "auto" and self._fits(m)):
+            if self.incremental is None:
+                self.incremental = IncrementalState(
+                    *self.args, S, counts, sums, self.lam, kdiag=self.kdiag,
+                    chunk_size=self.chunk_size,
+                )  # fmt: skip
+            else:
+                self.incremental.resparsify(S, counts, sums)
+            return self.incremental
+        self.incremental = None  # over the memory budget: bounded-memory rebuilds
+        if self.cache is None and self.cache_opts[0]:
+            self.cache = KernelColumnCache(
+                self.args[0], self.args[1], max_bytes=self.cache_opts[1]
+            )
+        return rebuild(
+            *self.args, S, counts, sums, self.lam, kdiag=self.kdiag,
+            chunk_size=self.chunk_size, cache=self.cache,
+        )  # fmt: skip
+
+
 def run_bbkb(
     arms: Tensor,
     oracle: Oracle,
@@ -329,6 +386,9 @@ def run_bbkb(
     dtype: torch.dtype = torch.float64,
     pool_size: int | None = DEFAULT_POOL_SIZE,
     kernel_cache_bytes: int = 2**30,
+    repeats: str = "union",
+    resparsify: str = "auto",
+    embedding_bytes: int = 2**31,
 ) -> BanditResult:
     r"""Run BBKB (or BKB) on a finite arm set for ``T`` steps (Alg. 1).
 
@@ -374,6 +434,22 @@ def run_bbkb(
         kernel_cache_bytes: Memory cap of the kernel-column cache; above it the
             kernel is recomputed in chunks at every rebuild (``A`` up to ``10^6``
             and beyond in bounded memory).
+        repeats: How an arm pulled ``n`` times is kept at a resparsification:
+            ``"union"`` (default, the authors' code: ``min(1, q_bar n s2_0)``) or
+            ``"per_pull"`` (Alg. 1 L12-L15 literally, one coin per pull); see
+            :func:`~botorch_sketch.linalg.rls_inclusion_probabilities` for the
+            measured difference.
+        resparsify: How the state follows a resparsification: ``"incremental"``
+            (:class:`~botorch_sketch.bbkb.state.IncrementalState`: only the new
+            pulls and the dictionary points that leave or enter are applied,
+            ``O(A r (p + k))`` per batch; it refreshes or resets itself when that
+            is cheaper or numerically needed), ``"rebuild"``
+            (:func:`~botorch_sketch.bbkb.state.rebuild` at every batch, ``O(A m
+            r)``, bounded memory) or ``"auto"`` (default: incremental while the
+            ``A x m`` embedding fits in ``embedding_bytes``, else rebuild). Both
+            paths make the same choices up to rounding (see the tests).
+        embedding_bytes: Memory budget of the incremental path's embeddings
+            (``1.5 A m`` floats with the buffer's slack).
 
     Returns:
         A :class:`BanditResult`.
@@ -386,6 +462,14 @@ def run_bbkb(
     device = arms.device
     if not q_bar > 0:
         raise ValueError(f"q_bar must be positive, got {q_bar}.")
+    if resparsify not in RESPARSIFY_MODES:
+        raise ValueError(
+            f"resparsify must be one of {RESPARSIFY_MODES}, got {resparsify!r}."
+        )
+    if repeats not in linalg.REPEAT_RULES:
+        raise ValueError(
+            f"repeats must be one of {linalg.REPEAT_RULES}, got {repeats!r}."
+        )
     if isinstance(rule, str) and rule == "bkb":
         C = 1.0
     rule_obj = make_rule(rule, C)
@@ -402,11 +486,10 @@ def run_bbkb(
 
     init_idx, y0 = _initial_batch(rec, arms, oracle, init, init_rewards, g)
     kdiag = kernel_diag(arms)
-    cache = (
-        KernelColumnCache(arms, kernel, max_bytes=kernel_cache_bytes)
-        if kernel_cache
-        else None
-    )
+    keeper = _StateKeeper(
+        arms, kernel, kernel_diag, lam, kdiag, resparsify, embedding_bytes,
+        chunk_size, kernel_cache, kernel_cache_bytes,
+    )  # fmt: skip
     init_idx, y0 = init_idx.to(device), y0.to(device=device, dtype=arms.dtype)
     counts = torch.zeros(A, dtype=arms.dtype, device=device).index_add_(
         0, init_idx, torch.ones_like(y0)
@@ -424,18 +507,7 @@ def run_bbkb(
             raise ValueError(f"unknown init_dictionary {init_dictionary!r}.")
     else:
         S = torch.as_tensor(init_dictionary, dtype=torch.long)
-    state = rebuild(
-        arms,
-        kernel,
-        kernel_diag,
-        S,
-        counts,
-        sums,
-        lam,
-        kdiag=kdiag,
-        chunk_size=chunk_size,
-        cache=cache,
-    )
+    state = keeper(S, counts, sums)
     schedule.initialize(state, init_idx)
 
     while rec.t < T:
@@ -465,21 +537,12 @@ def run_bbkb(
         if rec.t >= T:
             break
         pulled = (counts > 0).nonzero().squeeze(-1)
-        draw = linalg.sample_dictionary(state.s2_0[pulled], q_bar, counts[pulled], g)
+        draw = linalg.sample_dictionary(
+            state.s2_0[pulled], q_bar, counts[pulled], g, repeats=repeats
+        )
         if draw.fallback:
             logger.info("empty dictionary draw at t=%d; kept the argmax point.", rec.t)
-        state = rebuild(
-            arms,
-            kernel,
-            kernel_diag,
-            pulled[draw.selected],
-            counts,
-            sums,
-            lam,
-            kdiag=kdiag,
-            chunk_size=chunk_size,
-            cache=cache,
-        )
+        state = keeper(pulled[draw.selected], counts, sums)
     return rec.result(final_state=state)
 
 

@@ -20,7 +20,8 @@ Schedules (BBKB spec Sec. 6):
   every resparsification.
 - :class:`ReferenceCodeSchedule` (the authors' code, spec Sec. 6.3):
   ``logdet += sum log(1 + s2_0[x_s])``, ``beta = sqrt(lam) F +
-  sqrt(xi^2 (C~ logdet + log(1/delta)))``, ``alpha = beta``.
+  sqrt(xi^2 (C~ logdet + log(1/delta)))``, ``alpha = beta``; the first batch uses
+  ``logdet`` without ``C~``, as the authors' code does.
 - :class:`FixedSchedule`: a user ``beta``, ``alpha = C beta``.
 """
 
@@ -172,6 +173,12 @@ class ReferenceCodeSchedule(BetaSchedule):
     ``logdet += sum_{s in batch} log(1 + s2_0[x_s])``;
     ``beta = sqrt(lam) F + sqrt(xi^2 (C~ logdet + log(1/delta)))`` and
     ``alpha = beta`` (``C~`` sits inside the square root).
+
+    The first batch (before any :meth:`update`) uses ``beta = sqrt(lam) F +
+    sqrt(xi^2 (logdet + log(1/delta)))`` without ``C~``: the authors'
+    ``Batch_BKB`` inherits ``BKB.initialize``, whose ``_update_beta`` has no
+    ``ratio_threshold``; from the first update on, ``C~`` multiplies the whole
+    accumulated ``logdet``, initial term included.
     """
 
     def __init__(self, xi: float, delta: float, F: float, lam: float, C: float) -> None:
@@ -179,11 +186,13 @@ class ReferenceCodeSchedule(BetaSchedule):
             raise ValueError(f"delta must lie in (0, 1), got {delta}.")
         self.xi, self.delta, self.F, self.lam, self.C = xi, delta, F, lam, C
         self.logdet_acc = 0.0
+        self.num_updates = 0
 
     @property
     def beta(self) -> float:
+        C = self.C if self.num_updates else 1.0
         return math.sqrt(self.lam) * self.F + math.sqrt(
-            self.xi**2 * (self.C * self.logdet_acc + math.log(1.0 / self.delta))
+            self.xi**2 * (C * self.logdet_acc + math.log(1.0 / self.delta))
         )
 
     @property
@@ -196,6 +205,7 @@ class ReferenceCodeSchedule(BetaSchedule):
 
     def update(self, batch_s2_0: Tensor) -> None:
         self.logdet_acc += float(torch.log1p(batch_s2_0.clamp_min(0.0)).sum())
+        self.num_updates += 1
 
 
 class FixedSchedule(BetaSchedule):

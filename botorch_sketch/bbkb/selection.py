@@ -275,17 +275,19 @@ class PooledUCBSelector:
         self._order: Tensor | None = None  # arms by decreasing u_0 (lazily)
         self._K = 0
         self._P = self._u0.new_empty(0, dtype=torch.long)
-        self._Z = self._u0.new_empty(0, r)
+        self._Z: Tensor | None = self._u0.new_empty(0, r)
         self._s2 = self._u0.new_empty(0)
         self._u = self._u0.new_empty(0)
         self._resid = self._u0.new_empty(0)
         self._mu = self._u0.new_empty(0)
         self._bound = math.inf
-        self._H = self._u0.new_empty(max(16, r), r)  # Sherman-Morrison history
-        self._Zb = self._u0.new_empty(max(16, r), r)  # hallucinated embeddings
+        self._H = self._u0.new_empty(16, r)  # Sherman-Morrison history
+        self._Zb = self._u0.new_empty(16, r)  # hallucinated embeddings
         self.t = 0
-        self._L = state.L
-        self._Vinv = torch.cholesky_inverse(state.L)
+        # V_s and V_t^{-1} are copied on the first hallucination only: a batch of
+        # one point (BKB, large effective dimension) costs no O(r^2) work here.
+        self._Vs: Tensor | None = None
+        self._Vinv: Tensor | None = None
         self._s = 0  # step of the last refactorisation of V
         self._masked: list[int] = []
         self._mask_P = torch.zeros(0, dtype=torch.bool, device=self._u0.device)
@@ -318,9 +320,11 @@ class PooledUCBSelector:
             if new_P is None
             else torch.sort(new_P).values
         )
-        Z = st.embed(P)
+        # The pool's embeddings are gathered on the first hallucination only: a
+        # batch of one point never needs them.
+        Z = st.embed(P) if self.t > 0 else None
         s2 = st.s2_0[P]
-        if self.t > 0:
+        if Z is not None:
             Hz = Z @ self._H[: self.t].mT
             s2 = s2 - torch.linalg.vecdot(Hz, Hz)
         resid = st.resid_at(P, Z)
@@ -338,9 +342,9 @@ class PooledUCBSelector:
     def _refactor(self) -> None:
         """``L_t`` from ``V_s + sum_{s <= j < t} z_j z_j^T``; ``V_t^{-1}`` from it."""
         Zs = self._Zb[self._s : self.t]
-        V = torch.addmm(self._L @ self._L.mT, Zs.mT, Zs)
-        self._L = torch.linalg.cholesky(0.5 * (V + V.mT))
-        self._Vinv = torch.cholesky_inverse(self._L)
+        V = torch.addmm(self._Vs, Zs.mT, Zs)
+        self._Vs = 0.5 * (V + V.mT)
+        self._Vinv = torch.cholesky_inverse(torch.linalg.cholesky(self._Vs))
         self._s = self.t
 
     def argmax(self) -> int:
@@ -383,11 +387,15 @@ class PooledUCBSelector:
         j = self._j
         if self._arm(j) != i:
             raise ValueError("hallucinate() expects the arm returned by argmax().")
+        if self._Z is None:
+            self._Z = self.state.embed(self._P)
         z = self._Z[j]
         t = self.t
         if t >= self._H.shape[0]:
             self._H = torch.cat([self._H, torch.empty_like(self._H)])
             self._Zb = torch.cat([self._Zb, torch.empty_like(self._Zb)])
+        if self._Vinv is None:
+            self._Vs, self._Vinv = self.state.V, self.state.Vinv.clone()
         c = self._Vinv @ z
         h = c.mul_(torch.dot(z, c).add_(1.0).rsqrt_())
         self._H[t] = h

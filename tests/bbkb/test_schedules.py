@@ -55,6 +55,9 @@ def test_reference_code_and_fixed():
     r.initialize(state, pulls)
     init = float((state.counts * state.s2_0).sum()) * math.log(len(pulls))
     assert r.logdet_acc == pytest.approx(init, rel=1e-12)
+    # First beta without C (BKB.initialize of the authors' code), then with C.
+    first = math.sqrt(state.lam) + math.sqrt(0.01 * (init + math.log(100)))
+    assert r.beta == pytest.approx(first, rel=1e-12)
     r.update(state.s2_0[:4])
     acc = init + float(torch.log1p(state.s2_0[:4]).sum())
     beta = math.sqrt(state.lam) + math.sqrt(0.01 * (2.0 * acc + math.log(100)))

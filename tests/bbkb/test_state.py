@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from botorch_sketch.bbkb import ExactPosterior, rbf_kernel, rebuild
-from botorch_sketch.bbkb.state import KernelColumnCache, embed_arms
+from botorch_sketch.bbkb.state import IncrementalState, KernelColumnCache, embed_arms
 
 from .conftest import DT, make_state
 
@@ -203,3 +205,120 @@ def test_rebuild_and_loop_on_cuda_match_cpu():
     ]
     assert runs[1].final_state.s2_0.device.type == "cuda"
     assert runs[0].arms[:20].tolist() == runs[1].arms[:20].tolist()
+
+
+def _random_resparsifications(seed, A=150, steps=40, keep=0.85, dup=True):
+    """A run of random pulls and dictionary draws (with duplicated arms)."""
+    g = torch.Generator().manual_seed(seed)
+    arms = torch.rand(A, 2, generator=g, dtype=DT)
+    if dup:
+        arms[A - 10 :] = arms[:10]  # duplicated arms: singular dictionaries
+    f = torch.sin(4 * arms).sum(-1)
+    counts = torch.zeros(A, dtype=DT)
+    sums = torch.zeros(A, dtype=DT)
+    for _ in range(steps):
+        n = int(torch.randint(1, 6, (1,), generator=g))
+        b = torch.randint(A, (n,), generator=g)
+        y = f[b] + 0.05 * torch.randn(b.numel(), generator=g, dtype=DT)
+        counts.index_add_(0, b, torch.ones(b.numel(), dtype=DT))
+        sums.index_add_(0, b, y)
+        pulled = (counts > 0).nonzero().squeeze(-1)
+        S = pulled[torch.rand(pulled.numel(), generator=g) < keep]
+        yield arms, (S if S.numel() else pulled[:1]), counts.clone(), sums.clone()
+
+
+def _assert_same_state(a, b, atol=1e-7):
+    assert torch.equal(a.S_idx, b.S_idx) and a.rank == b.rank
+    torch.testing.assert_close(a.Z @ a.Z.mT, b.Z @ b.Z.mT, atol=1e-9, rtol=0)
+    torch.testing.assert_close(a.s2_0, b.s2_0, atol=atol, rtol=1e-7)
+    torch.testing.assert_close(a.mu, b.mu, atol=atol, rtol=1e-7)
+    torch.testing.assert_close(a.resid, b.resid, atol=atol, rtol=1e-7)
+    for st in (a, b):  # V = sum_a n_a z(a) z(a)^T + lam I in each state's basis
+        Zn = st.Z * st.counts.sqrt().unsqueeze(-1)
+        V = Zn.mT @ Zn + st.lam * torch.eye(st.rank, dtype=DT)
+        torch.testing.assert_close(st.V, V, atol=1e-9, rtol=1e-9)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_incremental_state_equals_rebuild(seed):
+    """Forced incremental updates (insertions, removals, pulls) equal a rebuild."""
+    k, kd = rbf_kernel(0.1)
+    state, singular = None, 0
+    for arms, S, counts, sums in _random_resparsifications(seed):
+        if state is None:
+            state = IncrementalState(
+                arms, k, kd, S, counts, sums, 1e-3, refresh_fraction=math.inf,
+                reorthonormalize_every=10**9,
+            )  # fmt: skip
+        else:
+            state.resparsify(S, counts, sums)
+        ref = rebuild(arms, k, kd, S, counts, sums, 1e-3)
+        _assert_same_state(state, ref)
+        singular += state.dict_size > state.rank  # duplicated arms in S
+        eye = torch.eye(state.rank, dtype=DT)
+        torch.testing.assert_close(state.Vinv @ state.V, eye, atol=1e-8, rtol=0)
+    assert singular > 5
+    assert state.stats["incremental"] > 30 and state.stats["refresh"] == 1
+    assert state.stats["reset"] == 1
+    # The exact reference formulas of the base class agree with the cached ones.
+    torch.testing.assert_close(state.variances(), state.s2_0, atol=1e-8, rtol=1e-8)
+    torch.testing.assert_close(state.covariance_with(3), ref.covariance_with(3))
+    err, drift = state.check(torch.arange(10))
+    assert err < 1e-8 and drift < 1e-10
+
+
+def test_incremental_state_refresh_reset_and_check_paths(monkeypatch):
+    import botorch_sketch.bbkb.state as state_mod
+
+    monkeypatch.setattr(state_mod, "CHECK_WORK_RATIO", 0.0)  # check every time
+    k, kd = rbf_kernel(0.1)
+    runs = {}
+    for name, kw in {
+        "cost": dict(),  # default: refreshes when many changes
+        "periodic": dict(reorthonormalize_every=5, refresh_fraction=math.inf),
+        "always_check": dict(check_rtol=-1.0, refresh_fraction=math.inf),
+    }.items():
+        state = None
+        for arms, S, counts, sums in _random_resparsifications(3, keep=0.6):
+            if state is None:
+                state = IncrementalState(arms, k, kd, S, counts, sums, 1e-3, **kw)
+            else:
+                state.resparsify(S, counts, sums)
+        _assert_same_state(state, rebuild(arms, k, kd, S, counts, sums, 1e-3))
+        runs[name] = dict(state.stats)
+    assert runs["cost"]["refresh"] > 1  # 40 % churn: cheaper to refresh
+    assert runs["periodic"]["reset"] > 5
+    assert runs["always_check"]["refresh"] > 1 and runs["always_check"]["checks"] > 1
+
+
+def test_incremental_state_validation():
+    k, kd = rbf_kernel(0.1)
+    arms, S, counts, sums = next(_random_resparsifications(0))
+    state = IncrementalState(arms, k, kd, S, counts, sums, 1e-3)
+    with pytest.raises(ValueError, match="grow"):
+        state.resparsify(S, counts - 1, sums)
+    with pytest.raises(ValueError, match="dictionary indices"):
+        state.resparsify(torch.tensor([10**6]), counts, sums)
+    with pytest.raises(ValueError, match="lam"):
+        IncrementalState(arms, k, kd, S, counts, sums, 0.0)
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_incremental_state_in_float32_for_moderate_lam(seed):
+    """float32 (lam = 0.05): ~1e-3 relative accuracy, as the rebuild path."""
+    k, kd = rbf_kernel(0.1)
+    state = None
+    for arms, S, counts, sums in _random_resparsifications(seed, steps=25, dup=False):
+        a32, c32, s32 = arms.float(), counts.float(), sums.float()
+        if state is None:
+            state = IncrementalState(a32, k, kd, S, c32, s32, 0.05)
+        else:
+            state.resparsify(S, c32, s32)
+    ref = rebuild(arms, k, kd, S, counts, sums, 0.05)
+    assert state.s2_0.dtype == torch.float32 and state.stats["incremental"] > 10
+    assert state.rank == ref.rank
+    # Typical errors here ~1e-4 (the float32 rebuild's too): 10x margin or more.
+    err = (state.s2_0.double() - ref.s2_0).abs() / (1 + ref.s2_0)
+    assert err.max() < 1e-2
+    err_mu = (state.mu.double() - ref.mu).abs() / (1 + ref.mu.abs())
+    assert err_mu.max() < 1e-3
