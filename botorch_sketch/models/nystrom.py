@@ -115,6 +115,9 @@ EXACT_FRACTION = 0.5
 #: Objectives of the hyperparameter fit (:mod:`~botorch_sketch.models.nystrom_fit`).
 OBJECTIVES = ("exact", "vfe", "dtc")
 
+#: Rows per seeded block of :meth:`NystromGP._row_uniforms`.
+ROW_UNIFORM_BLOCK = 1024
+
 #: Joint posteriors of at least this many points keep a lazy low-rank covariance.
 LAZY_COVARIANCE_MIN_POINTS = 256
 
@@ -339,6 +342,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         self._fit_record: tuple[int, float] | None = None
         self._num_draws = 0 if self.warm_start is None else self.warm_start.num_draws
         self._cache: dict[str, Any] | None = None
+        self._embedding_memo: tuple[Any, tuple[Tensor, Tensor, Tensor]] | None = None
         self.to(dtype=_DEFAULT_DTYPE, device=train_X.device)
         n = self._train_X.shape[-2]
         self._dictionary_spec = "auto"
@@ -367,6 +371,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     def train_inputs(self, value: tuple[Tensor]) -> None:
         self._train_X = value[0]
         self._cache = None
+        self._embedding_memo = None
 
     @property
     def train_targets(self) -> Tensor:
@@ -399,6 +404,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         # ``.to()`` / ``.double()`` / ``.cuda()`` convert every tensor of the model;
         # the posterior caches are rebuilt in the new dtype/device on next use.
         self._cache = None
+        self._embedding_memo = None
         out = super()._apply(fn, *args, **kwargs)
         if hasattr(self, "_original_train_inputs"):
             self._original_train_inputs = fn(self._original_train_inputs)
@@ -455,6 +461,25 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     def _embed(self, X: Tensor, S: Tensor, W: Tensor) -> Tensor:
         return self.covar_module(X, S).to_dense() @ W
 
+    def _train_embedding(self) -> tuple[Tensor, Tensor, Tensor]:
+        r"""``(S, W, Z)`` of the training inputs for the current dictionary.
+
+        Remembered for the current dictionary and hyperparameters (one
+        ``O(n m r)`` product), so that the leverage scores of a warm start's draw
+        and the posterior of an unchanged dictionary share it.
+        """
+        X = self._train_X
+        data = torch.tensor([X.data_ptr(), X._version, *X.shape])
+        key = (self.dictionary_indices, (data, *self._hyperparameter_key()))
+        memo = self._embedding_memo
+        if memo is not None and _same_key(memo[0], key):
+            return memo[1]
+        with torch.no_grad():
+            S, W = self._embedding()
+            Z = self._embed(self._train_X, S, W)
+        self._embedding_memo = (key, (S, W, Z))
+        return S, W, Z
+
     def _hyperparameter_key(self) -> tuple[Tensor, ...]:
         return tuple(p.detach().clone() for p in self.parameters())
 
@@ -477,12 +502,16 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         ):
             self._cache = None
         if self._cache is None:
-            with torch.no_grad():
-                S, W = self._embedding()
             X, Y = self._train_X, self._train_Y
             data_grad = torch.is_grad_enabled() and (X.requires_grad or Y.requires_grad)
+            if data_grad:
+                with torch.no_grad():
+                    S, W = self._embedding()
             with torch.set_grad_enabled(data_grad):
-                Z = self._embed(X, S, W)
+                if not data_grad:
+                    S, W, Z = self._train_embedding()
+                else:
+                    Z = self._embed(X, S, W)
                 r = Y - self.mean_module(X)
                 factor = linalg.dtc_factor(Z, r, self._noise())
                 predictor = linalg.dtc_predictor(W, factor)
@@ -623,6 +652,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         sub._dictionary_spec = "auto"
         sub._dictionary_indices = None
         sub._cache = None
+        sub._embedding_memo = None
         return sub
 
     # ----------------------------------------------------------------------------
@@ -698,7 +728,10 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
                 self._cache = None
                 ridge = self._resampling_ridge(self.warm_start.sketch_ridge)
                 idx = self._draw_indices(
-                    self.leverage_scores(ridge), self._next_generator(None), ridge
+                    self.leverage_scores(ridge),
+                    None,
+                    ridge,
+                    uniforms=self._row_uniforms(),
                 )
         if idx is None:
             idx = self._bless_indices()
@@ -774,11 +807,42 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             return None
         return ridge if ridge > float(self.likelihood.noise.mean()) else None
 
+    def _row_uniforms(self, stream: int = 0) -> Tensor:
+        r"""One fixed uniform number per training row, for coupled draws.
+
+        Row ``i`` always gets the same number (blocks of ``ROW_UNIFORM_BLOCK`` rows
+        seeded by the model's seed and the block's index), also in a later model
+        whose data extend this one's. A draw "keep ``i`` iff ``u_i < p_i``" then
+        has BKB's inclusion probabilities ``p_i`` at every call, while consecutive
+        dictionaries differ only where a probability crossed its point's number:
+        a loop's sketch, and with it its posterior, changes little from one call to
+        the next (fresh coins would swap a large part of a budget-bound dictionary
+        at every call). Without a seed, the numbers come from torch's generator.
+        ``stream`` selects an independent set of numbers (0: dictionary draws,
+        1: the fit subsample, :mod:`~botorch_sketch.models.nystrom_fit`).
+        """
+        n = self.num_training_points
+        if self.seed is None:
+            return torch.rand(n, dtype=self._compute_dtype)
+        blocks = [
+            torch.rand(
+                ROW_UNIFORM_BLOCK,
+                generator=torch.Generator().manual_seed(
+                    (self.seed * 1_000_003 + 104_729 * (b + 1) + 7_919 * stream)
+                    % (2**63 - 1)
+                ),
+                dtype=torch.float64,
+            )
+            for b in range((n + ROW_UNIFORM_BLOCK - 1) // ROW_UNIFORM_BLOCK)
+        ]
+        return torch.cat(blocks)[:n].to(self._compute_dtype)
+
     def _draw_indices(
         self,
         rls: Tensor,
         generator: torch.Generator | None,
         ridge: float | None = None,
+        uniforms: Tensor | None = None,
     ) -> Tensor:
         r"""BKB's posterior-variance sampling of the (deduplicated) training points.
 
@@ -812,14 +876,21 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         scale = 1.0
         if cap is not None:
             scale = linalg.budget_scale(union, cap, max_scale=base / noise)
-        draw = linalg.sample_dictionary(
-            (scale * union).clamp_max(1.0), 1.0, generator=generator
-        )
-        if draw.fallback:
-            logger.warning("Dictionary draw was empty; kept the most uncertain point.")
-        idx = draw.selected.nonzero().squeeze(-1)
+        probabilities = (scale * union).clamp_max(1.0)
+        if uniforms is None:
+            draw = linalg.sample_dictionary(probabilities, 1.0, generator=generator)
+            if draw.fallback:
+                logger.warning(
+                    "Dictionary draw was empty; kept the most uncertain point."
+                )
+            selected = draw.selected
+        else:
+            selected = uniforms.to(probabilities) < probabilities
+            if not selected.any():
+                selected[torch.argmax(probabilities)] = True
+        idx = selected.nonzero().squeeze(-1)
         if cap is not None and idx.numel() > cap:
-            keep = torch.sort(-draw.probabilities[idx], stable=True).indices[:cap]
+            keep = torch.sort(-probabilities[idx], stable=True).indices[:cap]
             idx = torch.sort(idx[keep]).values
         self._record_ridge(base / scale, base / scale > noise)
         return idx
@@ -903,17 +974,20 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         ``ridge = None``: the model's noise (a fixed-noise likelihood's training
         noise at the training points, its mean elsewhere).
         """
-        cache = self._posterior_cache()
-        S, W, factor = cache["S"], cache["W"], cache["factor"]
-        Z = self._embed(X, S, W)
         if ridge is None:
+            cache = self._posterior_cache()
+            S, W, factor = cache["S"], cache["W"], cache["factor"]
+            Z = self._embed(X, S, W)
             noise = self.likelihood.noise
             if isinstance(self.likelihood, FixedNoiseGaussianLikelihood):
                 same = X.shape == self._train_X.shape and torch.equal(X, self._train_X)
                 noise = noise if same else noise.mean(-1, keepdim=True)
         else:
+            # Only the embedding is shared with the posterior (kept in a memo for
+            # it, see _posterior_cache): the factor is the ridge's.
+            S, W, Z_train = self._train_embedding()
+            Z = Z_train if X is self._train_X else self._embed(X, S, W)
             noise = torch.full_like(self._noise(), ridge)
-            Z_train = Z if X is self._train_X else self._embed(self._train_X, S, W)
             factor = linalg.dtc_factor(Z_train, torch.zeros_like(noise), noise)
             noise = noise[..., :1]
         var = linalg.dtc_variance(factor, Z, self.covar_module(X, diag=True))
@@ -1079,6 +1153,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         )
         new = deepcopy(self)
         new._train_X, new._train_Y, new._cache = new_X, new_Y, None
+        new._embedding_memo = None
         if isinstance(self.likelihood, FixedNoiseGaussianLikelihood):
             if noise is None:
                 raise ValueError("A fixed-noise NystromGP needs `noise` for new data.")
@@ -1286,3 +1361,15 @@ def _locate_rows(rows: Tensor, queries: Tensor) -> Tensor:
     ).scatter_reduce(0, inverse[:n], torch.arange(n, device=rows.device), reduce="amin")
     hits = first[inverse[n:]]
     return hits[hits < n]
+
+
+def _same_key(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    r"""Whether two ``(dictionary, hyperparameters)`` keys are equal."""
+    idx_a, hyper_a = a
+    idx_b, hyper_b = b
+    return (
+        idx_a.shape == idx_b.shape
+        and torch.equal(idx_a, idx_b)
+        and len(hyper_a) == len(hyper_b)
+        and all(torch.equal(x, y) for x, y in zip(hyper_a, hyper_b, strict=True))
+    )

@@ -319,16 +319,16 @@ def _sub_mll(sub: NystromGP) -> MarginalLogLikelihood:
 def _fit_subsample(model: NystromGP) -> NystromGP:
     r"""The model itself if ``n <= fit_subset_size``, else a seeded subsample copy.
 
-    The subsample is drawn from the seed and ``n`` alone (not from the draw
-    counter), so the drift check and the fit of one call see the same points and
-    a reloaded run sees the same ones again.
+    The subsample is the ``fit_subset_size`` rows with the smallest of the
+    model's fixed per-row uniform numbers (:meth:`NystromGP._row_uniforms`): a
+    uniform random subset, the same for the drift check and the fit of one call
+    and for a reloaded run, and one that changes only by the new rows that enter
+    it as the data grow. So the drift check compares the warm hyperparameters on
+    nearly the points they were fitted on, plus the new ones.
     """
     n = model.num_training_points
     size = model.fit_subset_size
     if size is None or n <= size:
         return model
-    generator = None
-    if model.seed is not None:
-        generator = torch.Generator().manual_seed(model.seed * 1_000_003 + 7919 * n)
-    perm = torch.randperm(n, generator=generator)[:size]
-    return model._data_subset(torch.sort(perm).values.to(model._train_X.device))
+    order = torch.argsort(model._row_uniforms(stream=1), stable=True)[:size]
+    return model._data_subset(torch.sort(order).values.to(model._train_X.device))

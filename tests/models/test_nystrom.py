@@ -658,3 +658,26 @@ class TestNystromGPBudget(BotorchTestCase):
         )
         with self.assertRaisesRegex(ValueError, "row mask"):
             SketchState.from_dict({**state.to_dict(), "dictionary_rows": "garbage"})
+
+    def test_warm_draws_are_coupled_across_calls(self):
+        """A loop adding one point per call keeps most of its sketch (coupled
+        uniforms), where fresh draws would swap most of a budget-bound one
+        (measured: 2-14 of 60 points vs 64-83)."""
+        X, Y = rough_data(220)
+        opts = dict(seed=0, exact_max_n=0, max_dictionary_size=60)
+        model = fitted(NystromGP(X[:200], Y[:200], **opts))
+        coupled = []
+        for n in range(201, 208):
+            warm = fitted(
+                NystromGP(X[:n], Y[:n], warm_start=model.sketch_state(), **opts)
+            )
+            before = set(model.dictionary_indices.tolist())
+            coupled.append(len(before ^ set(warm.dictionary_indices.tolist())))
+            model = warm
+        fresh = []
+        for _ in range(5):
+            before = set(model.dictionary_indices.tolist())
+            model.resample_dictionary()
+            fresh.append(len(before ^ set(model.dictionary_indices.tolist())))
+        # The first warm draw replaces BLESS's dictionary; later ones are coupled.
+        self.assertLess(sum(coupled[1:]) / 6, 0.3 * sum(fresh) / 5)
