@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 
 import torch
@@ -16,6 +17,17 @@ warnings.filterwarnings("ignore", module="ax")
 
 #: Cheap acquisition optimisation for tests.
 FAST = {"num_restarts": 2, "raw_samples": 64}
+
+
+def same_numeric_environment() -> dict[str, str]:
+    """The environment for a process that must continue a run bit for bit.
+
+    A reloaded run continues identically only under the same floating-point
+    kernels: this process's environment (BLAS kernel choice such as
+    ``OPENBLAS_CORETYPE``, ``MKL_CBWR``, ``ATEN_CPU_CAPABILITY``) with one
+    thread. Only the global RNG state of the new process may differ.
+    """
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def fast(name: str) -> dict:

@@ -22,7 +22,7 @@ import botorch_sketch.ax  # noqa: F401  (registers the generator enum)
 from botorch_sketch.ax.generator import SketchBoTorchGenerator, SketchGenerators
 from botorch_sketch.models import NystromGP
 from botorch_sketch.models.nystrom_fit import SketchState
-from tests.ax.helpers import FAST
+from tests.ax.helpers import FAST, same_numeric_environment
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 N_INIT = 6
@@ -147,7 +147,7 @@ def test_reloaded_run_continues_from_the_same_state(tmp_path):
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        env={"OMP_NUM_THREADS": "1", "PATH": ""},
+        env=same_numeric_environment(),
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -13,7 +13,7 @@ from ax.storage.botorch_modular_registry import MODEL_REGISTRY
 
 from botorch_sketch.ax import list_generation_strategies, register_with_ax
 from botorch_sketch.models import NystromGP
-from tests.ax.helpers import make_client, run_trials
+from tests.ax.helpers import make_client, run_trials, same_numeric_environment
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,7 +54,7 @@ def test_save_load_in_new_process_continues_like_uninterrupted_run(name, tmp_pat
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
-        env={"OMP_NUM_THREADS": "1", "PATH": ""},
+        env=same_numeric_environment(),
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
