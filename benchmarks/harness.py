@@ -1,0 +1,194 @@
+"""The small harness every benchmark script shares: machine, timing, tables, plots.
+
+A benchmark script imports this module (``from harness import ...`` when run as
+``python benchmarks/bench_x.py``; the scripts put their own folder on ``sys.path``
+first) and keeps only its own experiment: what to run and what the targets are.
+
+- :func:`machine_details` describes the machine and software in one line (CPU
+  model, cores, threads, library versions, git commit, date), the same line in
+  every results file.
+- :func:`timed` runs a callable and returns wall and CPU seconds and the load
+  average before and after (the machine is shared: CPU time is the
+  load-independent number; wall time is what a user waits).
+- :func:`write_csv` / :func:`read_csv` write and read rows of dicts.
+- :func:`markdown_table` renders rows as a Markdown table; :func:`mean_sd` formats
+  ``mean ± sd`` over seeds.
+- :func:`write_report` writes a Markdown results file with the machine and the
+  command that made it.
+- :func:`figure` returns a Matplotlib figure on the Agg backend.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS = REPO_ROOT / "benchmarks" / "results"
+
+__all__ = [
+    "REPO_ROOT",
+    "RESULTS",
+    "figure",
+    "machine_details",
+    "markdown_table",
+    "mean_sd",
+    "read_csv",
+    "timed",
+    "write_csv",
+    "write_report",
+]
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_head() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=REPO_ROOT,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=REPO_ROOT,
+        ).stdout.strip()
+    except OSError:
+        return "?"
+    return f"{out or '?'}{' (+ working tree)' if dirty else ''}"
+
+
+def machine_details() -> str:
+    """One line: CPU, cores, threads, library versions, git commit and date."""
+    import botorch
+    import gpytorch
+
+    try:
+        import ax
+
+        ax_version = ax.__version__
+    except Exception:  # pragma: no cover - ax is a dependency
+        ax_version = "?"
+    return (
+        f"{_cpu_model()}, {os.cpu_count()} logical cores, torch {torch.__version__} "
+        f"(torch threads {torch.get_num_threads()}, OMP_NUM_THREADS="
+        f"{os.environ.get('OMP_NUM_THREADS', 'unset')}), botorch {botorch.__version__}"
+        f", gpytorch {gpytorch.__version__}, ax {ax_version}, Python "
+        f"{platform.python_version()}, git {_git_head()}, "
+        f"{datetime.date.today().isoformat()}"
+    )
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
+    """Run ``fn()``; return its result and ``wall_s``, ``cpu_s``, ``load``.
+
+    ``cpu_s`` is this process's CPU time (all its threads); ``load`` is the mean of
+    the 1-minute load average before and after.
+    """
+    load0, wall0, cpu0 = os.getloadavg()[0], time.perf_counter(), time.process_time()
+    out = fn()
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    load = 0.5 * (load0 + os.getloadavg()[0])
+    return out, {"wall_s": wall, "cpu_s": cpu, "load": load}
+
+
+def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    """Write ``rows`` (dicts; the union of their keys, in first-seen order)."""
+    fields: list[str] = []
+    for row in rows:
+        fields += [k for k in row if k not in fields]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def read_csv(path: Path) -> list[dict[str, Any]]:
+    """Rows of a CSV; values that parse as numbers become floats."""
+
+    def convert(value: str) -> Any:
+        try:
+            return float(value)
+        except ValueError:
+            return value
+
+    with path.open() as fh:
+        return [{k: convert(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+
+
+def mean_sd(values: Iterable[float], fmt: str = "{:.3g}") -> str:
+    """``mean ± sd`` over seeds (one value alone; ``-`` when there is none)."""
+    vals = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    if not vals:
+        return "-"
+    mean = sum(vals) / len(vals)
+    if len(vals) == 1:
+        return fmt.format(mean)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
+    return f"{fmt.format(mean)} ± {fmt.format(sd)}"
+
+
+def markdown_table(
+    rows: Sequence[dict[str, Any]], columns: Sequence[str] | None = None
+) -> str:
+    """A Markdown table of ``rows`` (floats with 4 significant digits)."""
+    columns = list(columns or (rows[0].keys() if rows else []))
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return "-" if math.isnan(value) else f"{value:.4g}"
+        return str(value)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(cell(row.get(c, "")) for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def write_report(path: Path, title: str, sections: Sequence[str]) -> None:
+    """A Markdown results file: title, sections, then machine and command."""
+    script = Path(sys.argv[0]).resolve()
+    if script.is_relative_to(REPO_ROOT):
+        script = script.relative_to(REPO_ROOT)
+    command = " ".join([f"python {script.as_posix()}", *sys.argv[1:]])
+    body = [f"# {title}", "", f"Generated by `{command}`; do not edit by hand.", ""]
+    for section in sections:
+        body += [section.rstrip(), ""]
+    body += ["## Machine", "", machine_details(), ""]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(body))
+
+
+def figure(*args: Any, **kwargs: Any) -> Any:
+    """``matplotlib.pyplot.subplots`` on the Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(*args, **kwargs)
