@@ -65,6 +65,7 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),  # fmt: skip
     ),
     ("benchmarks/bench_ax.py", ()),
+    ("benchmarks/bench_ax_workers.py", ()),
 )
 
 
