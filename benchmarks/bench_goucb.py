@@ -82,8 +82,8 @@ from botorch.utils.types import DEFAULT
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from torch import Tensor
 
-from botorch_sketch.goucb import paper_lambda, realizable_network, run_goucb
-from botorch_sketch.goucb.loop import uniform_design
+from botorch_sketch.goucb import paper_lambda, realizable_network
+from botorch_sketch.loops.goucb import run_goucb, uniform_design
 
 logger = logging.getLogger("bench_goucb")
 

@@ -129,7 +129,7 @@ class ExactFitter:
         from botorch.models import SingleTaskGP
         from gpytorch.mlls import ExactMarginalLogLikelihood
 
-        from botorch_sketch.gssbo.loop import hyperparameter_state
+        from botorch_sketch.loops.gssbo import hyperparameter_state
 
         model = SingleTaskGP(X, Y, covar_module=matern(self.d))
         if self.warm_start and self.model is not None:
@@ -161,11 +161,11 @@ class NystromFitter:
 
 
 class SubsetFitter:
-    """GSSBO / RSSBO through :class:`~botorch_sketch.gssbo.loop.GSSBORefitter`."""
+    """GSSBO / RSSBO through :class:`~botorch_sketch.loops.gssbo.GSSBORefitter`."""
 
     def __init__(self, mode, d, seed, n_initial, subset_size, dynamic_z, warm_start):
-        from botorch_sketch.gssbo.loop import GSSBORefitter
         from botorch_sketch.gssbo.selection import DynamicBufferSize
+        from botorch_sketch.loops.gssbo import GSSBORefitter
 
         dynamic = None
         if dynamic_z is not None:
