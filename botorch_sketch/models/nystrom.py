@@ -78,16 +78,20 @@ from torch import Tensor
 from botorch_sketch import linalg
 from botorch_sketch.models.extra_state import with_extra_state
 from botorch_sketch.models.nystrom_dictionary import (
+    EXACT_FRACTION,
     ROW_UNIFORM_BLOCK,
     dictionary_cap,
     draw_bless,
     draw_dictionary,
     input_rows,
+    keeps_most,
     locate_rows,
     resampling_ridge,
     row_uniforms,
     union_scores,
+    uses_every_point,
     validate_indices,
+    warm_dictionary,
 )
 from botorch_sketch.models.nystrom_fit import (
     SketchState,
@@ -126,10 +130,6 @@ DEFAULT_FIT_SUBSET_SIZE = 1000
 #: Up to this many training points the model is the exact GP (every point in the
 #: dictionary): below it the capped sketch saves little and loses accuracy.
 DEFAULT_EXACT_MAX_N = 500
-
-#: A drawn dictionary holding at least this fraction of the points (within the
-#: budget) is replaced by every point, the exact GP.
-EXACT_FRACTION = 0.5
 
 #: Objectives of the hyperparameter fit (:mod:`~botorch_sketch.models.nystrom_fit`).
 OBJECTIVES = ("exact", "vfe", "dtc")
@@ -709,9 +709,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         if self._dictionary_spec == "given" and self._dictionary_indices is not None:
             return self._dictionary_indices
         cap = self._dictionary_cap()
-        if self._dictionary_spec == "all" or n <= min(
-            self.exact_max_n, n if cap is None else cap
-        ):
+        if uses_every_point(self._dictionary_spec, n, self.exact_max_n, cap):
             self.sketch_ridge, self.dictionary_capped = None, False
             return torch.arange(n, device=self._train_X.device)
         idx = None
@@ -729,9 +727,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
                 )
         if idx is None:
             idx = self._bless_indices()
-        if (cap is None or n <= cap) and idx.numel() >= EXACT_FRACTION * n:
-            # The sketch would keep most points: every point costs about the same
-            # and is exact (the regime guard, module docstring).
+        if keeps_most(idx.numel(), n, cap):
             self.sketch_ridge, self.dictionary_capped = None, False
             return torch.arange(n, device=self._train_X.device)
         return idx
@@ -739,23 +735,16 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     def _warm_dictionary(self, state: SketchState) -> Tensor:
         r"""The warm start's dictionary among this model's training rows.
 
-        By its inputs when the state carries them (exact row match, so the data
-        may be reordered), else by its row indices, accepted only if the
-        checksum of this model's inputs at those rows matches (the data extend
-        the previous model's). Empty if it cannot be found (then BLESS runs).
+        :func:`~botorch_sketch.models.nystrom_dictionary.warm_dictionary`; empty
+        if it cannot be found (then BLESS runs).
         """
-        if state.dictionary_inputs is not None:
-            return locate_rows(
-                input_rows(self._train_X),
-                input_rows(state.dictionary_inputs.to(self._train_X)),
+        rows = warm_dictionary(self._train_X, state)
+        if rows is None:
+            logger.info(
+                "NystromGP warm start: the previous dictionary is not in the data."
             )
-        rows = state.dictionary_rows.to(self._train_X.device)
-        if rows.numel() and int(rows.max()) < self.num_training_points:
-            checksum = float(self._train_X[..., rows, :].sum())
-            if math.isclose(checksum, state.rows_checksum, rel_tol=1e-9, abs_tol=1e-9):
-                return rows
-        logger.info("NystromGP warm start: the previous dictionary is not in the data.")
-        return rows[:0]
+            return state.dictionary_rows[:0].to(self._train_X.device)
+        return rows
 
     def posterior_variance_at_train(self) -> Tensor:
         r"""DTC variances at the training points in RLS units (``var / noise``).
@@ -796,8 +785,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         return g
 
     def _resampling_ridge(self, ridge: float | None) -> float | None:
-        """The ridge of a redraw (:func:`~botorch_sketch.models.nystrom_dictionary.
-        resampling_ridge`)."""
+        """The ridge of a redraw (:func:`~.nystrom_dictionary.resampling_ridge`)."""
         return resampling_ridge(ridge, float(self.likelihood.noise.mean()))
 
     def _row_uniforms(self, stream: int = 0) -> Tensor:
@@ -937,8 +925,10 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         return linalg.rls_units(var, noise)
 
     def _bless_indices(self) -> Tensor:
-        r"""BLESS at the current hyperparameters, within the budget
-        (:func:`~botorch_sketch.models.nystrom_dictionary.draw_bless`)."""
+        r"""BLESS at the current hyperparameters, within the budget.
+
+        :func:`~botorch_sketch.models.nystrom_dictionary.draw_bless`.
+        """
         draw = draw_bless(
             self._train_X,
             self.covar_module,

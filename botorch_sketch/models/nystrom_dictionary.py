@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from gpytorch.module import Module
@@ -29,8 +29,15 @@ from torch import Tensor
 
 from botorch_sketch import linalg
 
+if TYPE_CHECKING:
+    from botorch_sketch.models.nystrom_fit import SketchState
+
 #: Rows per seeded block of :func:`row_uniforms`.
 ROW_UNIFORM_BLOCK = 1024
+
+#: A drawn dictionary holding at least this fraction of the points (within the
+#: budget) is replaced by every point, the exact GP.
+EXACT_FRACTION = 0.5
 
 
 class SketchDraw(NamedTuple):
@@ -64,9 +71,51 @@ def dictionary_cap(
     return cap
 
 
+def uses_every_point(spec: str, n: int, exact_max_n: int, cap: int | None) -> bool:
+    r"""Whether the dictionary is every point, without a draw.
+
+    So it is for ``spec == "all"``, and for ``n <= exact_max_n`` within the budget
+    (the regime guard for small data).
+    """
+    return spec == "all" or n <= min(exact_max_n, n if cap is None else cap)
+
+
+def keeps_most(size: int, n: int, cap: int | None) -> bool:
+    r"""Whether a drawn dictionary of ``size`` points keeps most of the ``n``.
+
+    At least ``EXACT_FRACTION`` of them, within the budget: every point then costs
+    about the same and is exact, so the model uses every point.
+    """
+    return (cap is None or n <= cap) and size >= EXACT_FRACTION * n
+
+
+def warm_dictionary(train_X: Tensor, state: SketchState) -> Tensor | None:
+    r"""A warm start's dictionary among the training rows of ``train_X``.
+
+    By its inputs when the state carries them (exact row match, so the data may
+    be reordered), else by its row indices, accepted only if the checksum of
+    ``train_X`` at those rows matches (the data extend the previous model's).
+
+    Returns:
+        The indices, or ``None`` if the rows are not these data's.
+    """
+    if state.dictionary_inputs is not None:
+        return locate_rows(
+            input_rows(train_X), input_rows(state.dictionary_inputs.to(train_X))
+        )
+    rows = state.dictionary_rows.to(train_X.device)
+    if rows.numel() and int(rows.max()) < train_X.shape[-2]:
+        checksum = float(train_X[..., rows, :].sum())
+        if math.isclose(checksum, state.rows_checksum, rel_tol=1e-9, abs_tol=1e-9):
+            return rows
+    return None
+
+
 def resampling_ridge(ridge: float | None, noise: float) -> float | None:
-    """The ridge of a redraw: the last draw's where the budget bound (above the
-    noise), else ``None`` (the noise)."""
+    """The ridge of a redraw: the last draw's where the budget bound, else ``None``.
+
+    ``None`` stands for the noise; a budget ridge lies above it.
+    """
     if ridge is None or not math.isfinite(ridge):
         return None
     return ridge if ridge > noise else None
