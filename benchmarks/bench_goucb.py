@@ -41,7 +41,7 @@ Metric: cumulative regret ``R_t = sum_{i <= t} (f* - f(x_i))`` over all evaluati
 including Phase I, mean over seeds with the paper's error bar
 ``1.96 sd / sqrt(#seeds)`` (sd with ``ddof = 1``).
 
-Outputs (``--out``): ``goucb_synthetic.csv`` (one row per evaluation, appended as
+Outputs (``--out``): ``goucb_synthetic.csv`` (one row per evaluation, rewritten as
 each (problem, method, seed) cell finishes, so an interrupted run keeps its cells;
 ``--resume`` skips the cells already there), ``goucb_synthetic.md`` (table, claim
 check, settings, machine) and ``goucb_synthetic.png`` (cumulative regret vs ``t``).
@@ -57,20 +57,15 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import csv
 import logging
 import math
 import multiprocessing as mp
-import os
 import pathlib
-import shlex
-import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
 
 import torch
-from bench_bbkb import machine_details as bbkb_machine_details
 from botorch.acquisition import LogExpectedImprovement, UpperConfidenceBound
 from botorch.exceptions.errors import ModelFittingError
 from botorch.exceptions.warnings import InputDataWarning
@@ -80,14 +75,14 @@ from botorch.models.transforms import Normalize
 from botorch.optim import optimize_acqf
 from botorch.utils.types import DEFAULT
 from gpytorch.mlls import ExactMarginalLogLikelihood
+from harness import RESULTS, figure, read_csv, timed, write_csv, write_report
 from torch import Tensor
 
-from botorch_sketch.goucb import paper_lambda, realizable_network, run_goucb
-from botorch_sketch.goucb.loop import uniform_design
+from botorch_sketch.goucb import paper_lambda, realizable_network
+from botorch_sketch.loops.goucb import run_goucb, uniform_design
 
 logger = logging.getLogger("bench_goucb")
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 DT = torch.float64
 DIM = 20
 NOISE_SD = 0.01
@@ -103,18 +98,6 @@ LABELS = {
 }
 #: (n, T, f*) per problem (Sec. 6.1; f* of f2 at x_i = -2.903534).
 BUDGETS = {"f1": (5, 25, 26.0), "f2": (8, 64, 783.3233), "f3": (8, 64, 0.0)}
-CSV_FIELDS = (
-    "problem",
-    "method",
-    "seed",
-    "t",
-    "phase",
-    "y",
-    "f",
-    "regret",
-    "cum_regret",
-    "cell_seconds",
-)
 _F1_NET = realizable_network(DIM)
 
 
@@ -195,18 +178,16 @@ def run_gp(
     return X
 
 
-def run_cell(
-    problem: str, method: str, seed: int, args: argparse.Namespace
-) -> list[dict]:
-    """One (problem, method, seed) run; returns its CSV rows."""
-    torch.set_num_threads(1)
-    warnings.filterwarnings("ignore", category=InputDataWarning)
-    n, T, f_star = BUDGETS[problem]
-    f = PROBLEMS[problem]
-    observe = noisy(f, seed)
-    b = bounds()
-    start = time.perf_counter()
-    Ys: Tensor | None = None
+def run_method(
+    method: str,
+    observe: Callable[[Tensor], Tensor],
+    b: Tensor,
+    n: int,
+    T: int,
+    seed: int,
+    args: argparse.Namespace,
+) -> tuple[Tensor, Tensor | None]:
+    """The ``n + T`` queries of ``method`` (and GO-UCB's observations, else None)."""
     if method.startswith("goucb"):
         kwargs = dict(
             n=n,
@@ -221,14 +202,26 @@ def run_cell(
         else:
             kwargs.update(beta="paper", exact=method == "goucb_exact")
         result = run_goucb(observe, b, T, **kwargs)
-        X, Ys = result.X, result.Y
-    elif method.startswith("gp_"):
-        X = run_gp(observe, n, T, method[3:], seed, args)
-    elif method == "random":
-        X = uniform_design(b, n + T, torch.Generator().manual_seed(seed))
-    else:
-        raise ValueError(f"unknown method {method!r}")
-    seconds = time.perf_counter() - start
+        return result.X, result.Y
+    if method.startswith("gp_"):
+        return run_gp(observe, n, T, method[3:], seed, args), None
+    if method == "random":
+        return uniform_design(b, n + T, torch.Generator().manual_seed(seed)), None
+    raise ValueError(f"unknown method {method!r}")
+
+
+def run_cell(
+    problem: str, method: str, seed: int, args: argparse.Namespace
+) -> list[dict]:
+    """One (problem, method, seed) run; returns its CSV rows."""
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore", category=InputDataWarning)
+    n, T, f_star = BUDGETS[problem]
+    f = PROBLEMS[problem]
+    observe = noisy(f, seed)
+    b = bounds()
+    (X, Ys), cost = timed(lambda: run_method(method, observe, b, n, T, seed, args))
+    seconds = cost["wall_s"]
     fx = f(X).squeeze(-1)
     regret = (f_star - fx).clamp_min(0.0)
     cum = regret.cumsum(0)
@@ -257,19 +250,11 @@ def _cell_worker(task: tuple[str, str, int, argparse.Namespace]) -> list[dict]:
 
 
 def read_rows(path: pathlib.Path) -> list[dict]:
-    if not path.exists():
-        return []
-    with path.open() as fh:
-        return list(csv.DictReader(fh))
-
-
-def append_rows(path: pathlib.Path, rows: Sequence[dict]) -> None:
-    new = not path.exists()
-    with path.open("a", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
+    """The rows of ``path`` (none if it does not exist yet), integers as ints."""
+    rows = read_csv(path) if path.exists() else []
+    return [
+        {k: int(v) if k in ("seed", "t") else v for k, v in r.items()} for r in rows
+    ]
 
 
 # ---------------------------------------------------------------------------------
@@ -311,11 +296,6 @@ def cell_times(rows: Sequence[dict]) -> dict[tuple[str, str], float]:
     return {k: sum(v) / len(v) for k, v in out.items()}
 
 
-def machine_details() -> str:
-    """``bench_bbkb``'s machine line plus the current load (a shared machine)."""
-    return f"{bbkb_machine_details()}; 1-min load average {os.getloadavg()[0]:.1f}"
-
-
 def claim_lines(
     data: dict[tuple[str, str], Tensor], problems: Sequence[str]
 ) -> list[str]:
@@ -352,22 +332,14 @@ def claim_lines(
     return lines
 
 
-def write_report(
-    out: pathlib.Path, rows: Sequence[dict], args: argparse.Namespace
-) -> None:
+def report(out: pathlib.Path, rows: Sequence[dict], args: argparse.Namespace) -> None:
     data = curves(rows)
     times = cell_times(rows)
     problems = [p for p in BUDGETS if any(k[0] == p for k in data)]
     md = [
-        "# GO-UCB: the paper's synthetic experiment (d = 20)",
-        "",
-        "Generated by `benchmarks/bench_goucb.py` (see its docstring for methods and "
-        "settings).",
-        "",
-        f"Command: `{' '.join(shlex.quote(a) for a in args.argv)}` (the CSV can "
-        "collect cells from several `--resume` invocations with the same settings)",
-        "",
-        f"Machine: {machine_details()}",
+        "See the docstring of `benchmarks/bench_goucb.py` for methods and settings; "
+        "the CSV can collect cells from several `--resume` invocations with the same "
+        "settings.",
         "",
         f"optimize_acqf (all methods): num_restarts={args.num_restarts}, "
         f"raw_samples={args.raw_samples}, maxiter={args.maxiter}. Noise sd "
@@ -431,21 +403,18 @@ def write_report(
         "the best of the 128 raw samples: near-random behaviour, as on f2.",
         "",
     ]
-    (out / "goucb_synthetic.md").write_text("\n".join(md) + "\n")
+    write_report(
+        out / "goucb_synthetic.md",
+        "GO-UCB: the paper's synthetic experiment (d = 20)",
+        ["\n".join(md)],
+    )
     plot(out / "goucb_synthetic.png", data, problems)
 
 
 def plot(
     path: pathlib.Path, data: dict[tuple[str, str], Tensor], problems: Sequence[str]
 ) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(
-        1, len(problems), figsize=(5 * len(problems), 4), squeeze=False
-    )
+    fig, axes = figure(1, len(problems), figsize=(5 * len(problems), 4), squeeze=False)
     for ax, p in zip(axes[0], problems, strict=True):
         n, T, _ = BUDGETS[p]
         for m in METHODS:
@@ -476,6 +445,8 @@ def plot(
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+
     plt.close(fig)
 
 
@@ -492,13 +463,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--report-only", action="store_true")
-    args = parser.parse_args(argv)
-    args.argv = [
-        "python",
-        "benchmarks/bench_goucb.py",
-        *(argv if argv is not None else sys.argv[1:]),
-    ]
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -507,11 +472,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     csv_path = args.out / "goucb_synthetic.csv"
     if args.report_only:
-        write_report(args.out, read_rows(csv_path), args)
+        report(args.out, read_rows(csv_path), args)
         return
     if not args.resume and csv_path.exists():
         csv_path.unlink()
-    done = {(r["problem"], r["method"], int(r["seed"])) for r in read_rows(csv_path)}
+    all_rows = read_rows(csv_path)
+    done = {(r["problem"], r["method"], int(r["seed"])) for r in all_rows}
     problems = args.problems.split(",")
     methods = args.methods.split(",")
     for name, allowed in (("problem", BUDGETS), ("method", METHODS)):
@@ -531,7 +497,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     start = time.perf_counter()
     with mp.get_context("spawn").Pool(args.workers, maxtasksperchild=4) as pool:
         for rows in pool.imap_unordered(_cell_worker, tasks):
-            append_rows(csv_path, rows)
+            all_rows += rows
+            write_csv(csv_path, all_rows)
             r = rows[-1]
             logger.info(
                 "%s %s seed %s: R = %s (%s s; %.1f min elapsed)",
@@ -542,7 +509,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 r["cell_seconds"],
                 (time.perf_counter() - start) / 60,
             )
-            write_report(args.out, read_rows(csv_path), args)
+            report(args.out, all_rows, args)
 
 
 if __name__ == "__main__":

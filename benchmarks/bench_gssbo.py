@@ -21,8 +21,8 @@ the subset models are warm-started from the previous hyperparameters. Subset siz
 ``--dynamic-z Z`` for the paper's timing rule (machine-dependent).
 
 Timing: per iteration, model construction + selection + fit + acquisition
-optimisation (the function evaluation is excluded), with ``time.perf_counter``
-(wall) and ``time.process_time`` (CPU of the worker process). Regret: ``f* -
+optimisation (the function evaluation is excluded), with the shared harness's
+:func:`harness.timed` (wall, and CPU of the worker process). Regret: ``f* -
 f(x_t)`` per BO step (the initial design, identical across methods, is not
 counted); cumulative regret and cumulative time are reported.
 
@@ -43,40 +43,29 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime
 import logging
 import math
 import multiprocessing
-import os
 import pathlib
-import platform
-import shlex
-import sys
-import time
+import statistics
 from collections.abc import Sequence
+from functools import partial
 
 import torch
+from harness import (
+    RESULTS,
+    figure,
+    markdown_table,
+    mean_sd,
+    read_csv,
+    timed,
+    write_csv,
+    write_report,
+)
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 ALL_PROBLEMS = ("hart6", "powell50", "eggholder2", "levy20", "rastrigin100")
 PAPER_PROBLEMS = ("hart6", "powell50", "eggholder2", "levy20")
 ALL_METHODS = ("exact", "gssbo", "gssbo_scalar", "rssbo", "nystrom")
-FIELDS = (
-    "problem",
-    "method",
-    "seed",
-    "iteration",
-    "n",
-    "subset_size",
-    "regret",
-    "cum_regret",
-    "best_regret",
-    "wall_s",
-    "cpu_s",
-    "cum_wall_s",
-    "cum_cpu_s",
-)
 LABELS = {
     "exact": "GP-UCB (SingleTaskGP)",
     "gssbo": "GSSBO (vector)",
@@ -129,7 +118,7 @@ class ExactFitter:
         from botorch.models import SingleTaskGP
         from gpytorch.mlls import ExactMarginalLogLikelihood
 
-        from botorch_sketch.gssbo.loop import hyperparameter_state
+        from botorch_sketch.loops.gssbo import hyperparameter_state
 
         model = SingleTaskGP(X, Y, covar_module=matern(self.d))
         if self.warm_start and self.model is not None:
@@ -161,11 +150,11 @@ class NystromFitter:
 
 
 class SubsetFitter:
-    """GSSBO / RSSBO through :class:`~botorch_sketch.gssbo.loop.GSSBORefitter`."""
+    """GSSBO / RSSBO through :class:`~botorch_sketch.loops.gssbo.GSSBORefitter`."""
 
     def __init__(self, mode, d, seed, n_initial, subset_size, dynamic_z, warm_start):
-        from botorch_sketch.gssbo.loop import GSSBORefitter
         from botorch_sketch.gssbo.selection import DynamicBufferSize
+        from botorch_sketch.loops.gssbo import GSSBORefitter
 
         dynamic = None
         if dynamic_z is not None:
@@ -212,19 +201,34 @@ def part_path(args: argparse.Namespace, problem: str, method: str, seed: int):
     )
 
 
+#: Integer columns of the CSVs (``read_csv`` reads numbers as floats).
+INT_COLUMNS = ("seed", "iteration", "n", "subset_size", "rep")
+
+
 def read_rows(path: pathlib.Path) -> list[dict]:
-    if not path.exists():
-        return []
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
+    """The rows of ``path`` (none if it does not exist yet)."""
+    rows = read_csv(path) if path.exists() else []
+    return [{k: int(v) if k in INT_COLUMNS else v for k, v in r.items()} for r in rows]
+
+
+def bo_step(fitter, X, Y, last_time, torch_seed: int, unit, args) -> tuple:
+    """Fit the surrogate on ``(X, Y)`` and maximise UCB: ``(x, subset size)``."""
+    from botorch.acquisition import UpperConfidenceBound
+    from botorch.optim import optimize_acqf
+
+    model, size = fitter.fit(X, Y, iteration_time=last_time)
+    acqf = UpperConfidenceBound(model, beta=args.beta)
+    torch.manual_seed(torch_seed)
+    x, _ = optimize_acqf(
+        acqf, unit, q=1, num_restarts=args.num_restarts, raw_samples=args.raw_samples
+    )
+    return x, size
 
 
 def run_task(task: tuple[str, str, int, argparse.Namespace]) -> tuple[str, str, int]:
     """Run one (problem, method, seed); append a CSV row per iteration."""
     problem, method, seed, args = task
     torch.set_num_threads(1)
-    from botorch.acquisition import UpperConfidenceBound
-    from botorch.optim import optimize_acqf
     from botorch.utils.sampling import draw_sobol_samples
     from botorch.utils.transforms import unnormalize
 
@@ -235,52 +239,42 @@ def run_task(task: tuple[str, str, int, argparse.Namespace]) -> tuple[str, str, 
     Y = f(unnormalize(X, f.bounds)).unsqueeze(-1)
     fitter = make_fitter(method, d, seed, args)
     path = part_path(args, problem, method, seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
     cum = {"regret": 0.0, "wall": 0.0, "cpu": 0.0}
     best = -math.inf
     last_time = None
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=FIELDS)
-        writer.writeheader()
-        for t in range(1, args.iterations + 1):
-            w0, c0 = time.perf_counter(), time.process_time()
-            model, size = fitter.fit(X, Y, iteration_time=last_time)
-            acqf = UpperConfidenceBound(model, beta=args.beta)
-            torch.manual_seed(seed * 100_003 + t)
-            x, _ = optimize_acqf(
-                acqf,
-                unit,
-                q=1,
-                num_restarts=args.num_restarts,
-                raw_samples=args.raw_samples,
-            )
-            wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-            last_time = wall
-            y = f(unnormalize(x, f.bounds)).unsqueeze(-1)
-            X, Y = torch.cat([X, x]), torch.cat([Y, y])
-            regret = float(f.optimal_value - y)
-            best = max(best, float(y))
-            cum["regret"] += regret
-            cum["wall"] += wall
-            cum["cpu"] += cpu
-            writer.writerow(
-                {
-                    "problem": problem,
-                    "method": method,
-                    "seed": seed,
-                    "iteration": t,
-                    "n": X.shape[0] - 1,
-                    "subset_size": size,
-                    "regret": f"{regret:.6g}",
-                    "cum_regret": f"{cum['regret']:.6g}",
-                    "best_regret": f"{float(f.optimal_value) - best:.6g}",
-                    "wall_s": f"{wall:.4f}",
-                    "cpu_s": f"{cpu:.4f}",
-                    "cum_wall_s": f"{cum['wall']:.3f}",
-                    "cum_cpu_s": f"{cum['cpu']:.3f}",
-                }
-            )
-            fh.flush()
+    rows: list[dict] = []
+    for t in range(1, args.iterations + 1):
+        step = partial(bo_step, fitter, X, Y, last_time, seed * 100_003 + t, unit, args)
+        (x, size), cost = timed(step)
+        wall, cpu = cost["wall_s"], cost["cpu_s"]
+        last_time = wall
+        y = f(unnormalize(x, f.bounds)).unsqueeze(-1)
+        X, Y = torch.cat([X, x]), torch.cat([Y, y])
+        regret = float(f.optimal_value - y)
+        best = max(best, float(y))
+        cum["regret"] += regret
+        cum["wall"] += wall
+        cum["cpu"] += cpu
+        rows.append(
+            {
+                "problem": problem,
+                "method": method,
+                "seed": seed,
+                "iteration": t,
+                "n": X.shape[0] - 1,
+                "subset_size": size,
+                "regret": f"{regret:.6g}",
+                "cum_regret": f"{cum['regret']:.6g}",
+                "best_regret": f"{float(f.optimal_value) - best:.6g}",
+                "wall_s": f"{wall:.4f}",
+                "cpu_s": f"{cpu:.4f}",
+                "cum_wall_s": f"{cum['wall']:.3f}",
+                "cum_cpu_s": f"{cum['cpu']:.3f}",
+            }
+        )
+        # Rewritten every iteration: an interrupted task keeps its rows.
+        write_csv(path, rows)
+    return problem, method, seed
     return problem, method, seed
 
 
@@ -293,11 +287,7 @@ def merge_parts(args: argparse.Namespace, tasks) -> list[dict]:
     rows = []
     for problem, method, seed in tasks:
         rows.extend(read_rows(part_path(args, problem, method, seed)))
-    out = pathlib.Path(args.out) / f"gssbo_{args.tag}.csv"
-    with open(out, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(pathlib.Path(args.out) / f"gssbo_{args.tag}.csv", rows)
     return rows
 
 
@@ -310,48 +300,14 @@ def final_rows(rows: Sequence[dict], iterations: int) -> dict:
     return out
 
 
-def stats(values: Sequence[float]) -> tuple[float, float, float, float]:
-    t = torch.tensor(values, dtype=torch.float64)
-    sd = float(t.std()) if len(values) > 1 else 0.0
-    return float(t.mean()), sd, float(t.min()), float(t.max())
+def column(rows: Sequence[dict], key: str) -> list[float]:
+    return [float(r[key]) for r in rows]
 
 
-def fmt(values: Sequence[float], spec: str = "{:.3g}") -> str:
-    if not values:
-        return "-"
-    mean, sd, lo, hi = stats(values)
-    lo_hi = f"[{spec.format(lo)}, {spec.format(hi)}]"
-    return f"{spec.format(mean)} ± {spec.format(sd)} {lo_hi}"
-
-
-def machine_line() -> str:
-    cpu = platform.machine()
-    try:
-        text = pathlib.Path("/proc/cpuinfo").read_text()
-        cpu = next(
-            line.split(":", 1)[1].strip()
-            for line in text.splitlines()
-            if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        pass
-    return (
-        f"{cpu}, {os.cpu_count()} logical cores (shared), torch {torch.__version__}, "
-        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, Python "
-        f"{platform.python_version()}, {datetime.date.today().isoformat()}"
-    )
-
-
-def write_report(args: argparse.Namespace, rows: Sequence[dict], command: str) -> None:
+def report(args: argparse.Namespace, rows: Sequence[dict]) -> None:
     finals = final_rows(rows, args.iterations)
     problems = [p for p in args.problems if any(k[0] == p for k in finals)]
-    lines = [
-        f"# GSSBO benchmark (`{args.tag}`)",
-        "",
-        f"Command: `{command}`",
-        "",
-        f"Machine: {machine_line()}",
-        "",
+    sections = [
         f"Protocol: n0 = {args.n_initial} Sobol points, {args.iterations} UCB "
         f"iterations (beta = {args.beta}), optimize_acqf(num_restarts="
         f"{args.num_restarts}, raw_samples={args.raw_samples}), subset size "
@@ -360,39 +316,42 @@ def write_report(args: argparse.Namespace, rows: Sequence[dict], command: str) -
             if args.dynamic_z is None
             else f"Z = {args.dynamic_z}"
         )
-        + ". Values: mean ± sd [min, max] over the complete seeds; times in "
-        "seconds (model + selection + fit + acquisition, evaluation excluded).",
-        "",
+        + ". Values: mean ± sd over the complete seeds; times in seconds (model + "
+        "selection + fit + acquisition, evaluation excluded)."
     ]
     for problem in problems:
         exact = finals.get((problem, "exact"), [])
-        ex_wall = stats([float(r["cum_wall_s"]) for r in exact])[0] if exact else None
-        ex_cpu = stats([float(r["cum_cpu_s"]) for r in exact])[0] if exact else None
-        lines += [
-            f"## {problem}",
-            "",
-            "| method | seeds | cumulative regret | final simple regret | "
-            "cum. wall time | cum. CPU time | wall / exact | CPU / exact | M (last) |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
+        ex_wall = statistics.fmean(column(exact, "cum_wall_s")) if exact else None
+        ex_cpu = statistics.fmean(column(exact, "cum_cpu_s")) if exact else None
+        table = []
         for method in args.methods:
             fin = finals.get((problem, method), [])
             if not fin:
                 continue
-            wall = [float(r["cum_wall_s"]) for r in fin]
-            cpu = [float(r["cum_cpu_s"]) for r in fin]
-            ratio_w = f"{stats(wall)[0] / ex_wall:.2f}" if ex_wall else "-"
-            ratio_c = f"{stats(cpu)[0] / ex_cpu:.2f}" if ex_cpu else "-"
-            lines.append(
-                f"| {LABELS[method]} | {len(fin)} | "
-                f"{fmt([float(r['cum_regret']) for r in fin])} | "
-                f"{fmt([float(r['best_regret']) for r in fin])} | {fmt(wall)} | "
-                f"{fmt(cpu)} | {ratio_w} | {ratio_c} | {fin[0]['subset_size']} |"
+            wall, cpu = column(fin, "cum_wall_s"), column(fin, "cum_cpu_s")
+            table.append(
+                {
+                    "method": LABELS[method],
+                    "seeds": str(len(fin)),
+                    "cumulative regret": mean_sd(column(fin, "cum_regret")),
+                    "final simple regret": mean_sd(column(fin, "best_regret")),
+                    "cum. wall time": mean_sd(wall),
+                    "cum. CPU time": mean_sd(cpu),
+                    "wall / exact": (
+                        f"{statistics.fmean(wall) / ex_wall:.2f}" if ex_wall else "-"
+                    ),
+                    "CPU / exact": (
+                        f"{statistics.fmean(cpu) / ex_cpu:.2f}" if ex_cpu else "-"
+                    ),
+                    "M (last)": str(int(fin[0]["subset_size"])),
+                }
             )
-        lines += ["", *partial_lines(problem, rows, finals, args)]
-        lines += ["", *target_lines(problem, finals, args), ""]
+        lines = [f"## {problem}", "", markdown_table(table), ""]
+        lines += [*partial_lines(problem, rows, finals, args), ""]
+        lines += target_lines(problem, finals, args)
+        sections.append("\n".join(lines))
     out = pathlib.Path(args.out) / f"gssbo_{args.tag}.md"
-    out.write_text("\n".join(lines) + "\n")
+    write_report(out, f"GSSBO benchmark (`{args.tag}`)", sections)
     plot(args, rows, problems)
 
 
@@ -436,14 +395,11 @@ def target_lines(problem: str, finals: dict, args: argparse.Namespace) -> list[s
     gss = finals.get((problem, "gssbo"), [])
     if not exact or not gss:
         return []
-    ex_reg = [float(r["cum_regret"]) for r in exact]
-    gs_reg = stats([float(r["cum_regret"]) for r in gss])[0]
+    ex_reg = column(exact, "cum_regret")
+    gs_reg = statistics.fmean(column(gss, "cum_regret"))
 
     def ratio(key: str) -> float:
-        return (
-            stats([float(r[key]) for r in gss])[0]
-            / stats([float(r[key]) for r in exact])[0]
-        )
+        return statistics.fmean(column(gss, key)) / statistics.fmean(column(exact, key))
 
     wall, cpu = ratio("cum_wall_s"), ratio("cum_cpu_s")
     lo, hi = min(ex_reg), max(ex_reg)
@@ -462,12 +418,7 @@ def target_lines(problem: str, finals: dict, args: argparse.Namespace) -> list[s
 def plot(args: argparse.Namespace, rows: Sequence[dict], problems: list[str]) -> None:
     if not problems:
         return
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(
+    fig, axes = figure(
         2, len(problems), figsize=(4.5 * len(problems), 7), squeeze=False
     )
     for col, problem in enumerate(problems):
@@ -485,7 +436,7 @@ def plot(args: argparse.Namespace, rows: Sequence[dict], problems: list[str]) ->
                             [int(r["iteration"]) for r in v],
                             [float(r[key]) for r in v],
                             "--",
-                            label=f"{LABELS[method]} (seed {seed}, unfinished)",
+                            label=f"{LABELS[method]} (seed {int(seed)}, unfinished)",
                         )
                     continue
                 t = torch.arange(1, args.iterations + 1)
@@ -500,14 +451,14 @@ def plot(args: argparse.Namespace, rows: Sequence[dict], problems: list[str]) ->
     fig.suptitle("mean over seeds, band = min/max")
     fig.tight_layout()
     fig.savefig(pathlib.Path(args.out) / f"gssbo_{args.tag}.png", dpi=110)
+    import matplotlib.pyplot as plt
+
     plt.close(fig)
 
 
 # ---------------------------------------------------------------------------------
 # Per-step cost at large N (for extrapolating the time ratio to 1,000 iterations)
 # ---------------------------------------------------------------------------------
-
-SCALING_FIELDS = ("problem", "method", "n", "rep", "wall_s", "cpu_s", "subset_size")
 
 
 def step_cost(problem: str, method: str, n: int, rep: int, args) -> dict:
@@ -518,8 +469,6 @@ def step_cost(problem: str, method: str, n: int, rep: int, args) -> dict:
     data are a scrambled Sobol design, not a BO trajectory: this measures cost,
     not regret.
     """
-    from botorch.acquisition import UpperConfidenceBound
-    from botorch.optim import optimize_acqf
     from botorch.utils.sampling import draw_sobol_samples
     from botorch.utils.transforms import unnormalize
 
@@ -530,14 +479,8 @@ def step_cost(problem: str, method: str, n: int, rep: int, args) -> dict:
     Y = f(unnormalize(X, f.bounds)).unsqueeze(-1)
     fitter = make_fitter(method, d, rep, args)
     fitter.fit(X[:n], Y[:n])
-    w0, c0 = time.perf_counter(), time.process_time()
-    model, size = fitter.fit(X, Y)
-    acqf = UpperConfidenceBound(model, beta=args.beta)
-    torch.manual_seed(rep)
-    optimize_acqf(
-        acqf, unit, q=1, num_restarts=args.num_restarts, raw_samples=args.raw_samples
-    )
-    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    (_, size), cost = timed(partial(bo_step, fitter, X, Y, None, rep, unit, args))
+    wall, cpu = cost["wall_s"], cost["cpu_s"]
     return {
         "problem": problem,
         "method": method,
@@ -559,37 +502,26 @@ def run_scaling(args: argparse.Namespace) -> None:
     out = pathlib.Path(args.out) / f"gssbo_scaling_{args.tag}.csv"
     rows = read_rows(out)
     done = {(r["problem"], r["method"], int(r["n"]), int(r["rep"])) for r in rows}
-    with open(out, "a" if rows else "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=SCALING_FIELDS)
-        if not rows:
-            writer.writeheader()
-        for problem in args.problems:
-            for n in args.scaling_sizes:
-                for method in ("exact", "gssbo"):
-                    for rep in range(args.seeds):
-                        if (problem, method, n, rep) in done or args.report_only:
-                            continue
-                        row = step_cost(problem, method, n, rep, args)
-                        logger.info("scaling %s", row)
-                        writer.writerow(row)
-                        fh.flush()
-                        rows.append({k: str(v) for k, v in row.items()})
+    for problem in args.problems:
+        for n in args.scaling_sizes:
+            for method in ("exact", "gssbo"):
+                for rep in range(args.seeds):
+                    if (problem, method, n, rep) in done or args.report_only:
+                        continue
+                    row = step_cost(problem, method, n, rep, args)
+                    logger.info("scaling %s", row)
+                    rows.append(row)
+                    write_csv(out, rows)
     write_scaling_report(args, rows)
 
 
 def write_scaling_report(args: argparse.Namespace, rows: Sequence[dict]) -> None:
+    table = []
     lines = [
-        f"# GSSBO per-step cost vs n (`{args.tag}`)",
-        "",
-        f"Machine: {machine_line()}",
-        "",
         f"One BO step ({'cold' if args.cold_start else 'warm'}-started refit on "
         "n + 1 points, previous model as pilot, then UCB optimisation), "
         f"M = {args.subset_size}, mean CPU seconds over the repetitions (process "
         "time; mean wall seconds in brackets).",
-        "",
-        "| problem | n | reps | exact GP-UCB | GSSBO | GSSBO / exact |",
-        "|---|---|---|---|---|---|",
     ]
     notes = []
     for problem in args.problems:
@@ -609,13 +541,19 @@ def write_scaling_report(args: argparse.Namespace, rows: Sequence[dict]) -> None
                 continue
             for method, rs in sel.items():
                 cost[method, n] = (
-                    stats([float(r["cpu_s"]) for r in rs])[0],
-                    stats([float(r["wall_s"]) for r in rs])[0],
+                    statistics.fmean(column(rs, "cpu_s")),
+                    statistics.fmean(column(rs, "wall_s")),
                 )
             e, g = cost["exact", n], cost["gssbo", n]
-            lines.append(
-                f"| {problem} | {n} | {len(sel['exact'])} | {e[0]:.3g} ({e[1]:.3g}) "
-                f"| {g[0]:.3g} ({g[1]:.3g}) | {g[0] / e[0]:.2f} |"
+            table.append(
+                {
+                    "problem": problem,
+                    "n": str(n),
+                    "reps": str(len(sel["exact"])),
+                    "exact GP-UCB": f"{e[0]:.3g} ({e[1]:.3g})",
+                    "GSSBO": f"{g[0]:.3g} ({g[1]:.3g})",
+                    "GSSBO / exact": f"{g[0] / e[0]:.2f}",
+                }
             )
         sizes = sorted({n for _, n in cost})
         if len(sizes) < 2:
@@ -635,9 +573,10 @@ def write_scaling_report(args: argparse.Namespace, rows: Sequence[dict]) -> None
             f"n = {sizes[-1]}): exact {total['exact']:.0f} s, GSSBO "
             f"{total['gssbo']:.0f} s, ratio {total['gssbo'] / total['exact']:.2f}."
         )
-    lines += ["", *notes, ""]
-    (pathlib.Path(args.out) / f"gssbo_scaling_{args.tag}.md").write_text(
-        "\n".join(lines)
+    write_report(
+        pathlib.Path(args.out) / f"gssbo_scaling_{args.tag}.md",
+        f"GSSBO per-step cost vs n (`{args.tag}`)",
+        ["\n".join(lines), markdown_table(table), "\n".join(notes)],
     )
 
 
@@ -706,9 +645,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.scaling:
         run_scaling(args)
         return
-    command = "python benchmarks/bench_gssbo.py " + shlex.join(
-        sys.argv[1:] if argv is None else list(argv)
-    )
     tasks = [
         (problem, method, seed)
         for problem in args.problems
@@ -722,8 +658,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         with ctx.Pool(args.jobs, maxtasksperchild=1) as pool:
             for done in pool.imap_unordered(run_task, [(*t, args) for t in todo]):
                 logger.info("finished %s", done)
-                write_report(args, merge_parts(args, tasks), command)
-    write_report(args, merge_parts(args, tasks), command)
+                report(args, merge_parts(args, tasks))
+    report(args, merge_parts(args, tasks))
 
 
 if __name__ == "__main__":

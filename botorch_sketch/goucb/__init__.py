@@ -1,11 +1,13 @@
 r"""GO-UCB: global optimization with a parametric model and a gradient confidence set.
 
 Liu & Wang, "Global Optimization with Parametric Function Approximation", ICML 2023.
-The BoTorch model is :class:`botorch_sketch.models.goucb.GOUCBModel`; this package
-holds the algorithm's pieces: networks and parameter Jacobians (``network``), the
-Phase I regression oracle (``oracle``), the confidence set and ``beta_t`` schedules
-(``confidence``), the exact inner maximum over the ellipsoid (``exact``) and the
-two-phase loop (``loop``).
+This package holds the algorithm's math: networks and parameter Jacobians
+(``network``), the Phase I regression oracle (``oracle``), the confidence set and
+``beta_t`` schedules (``confidence``) and the exact inner maximum over the ellipsoid
+(``exact``). Above it: the BoTorch model
+:class:`botorch_sketch.models.goucb.GOUCBModel`, the exact acquisition
+:class:`botorch_sketch.acquisition.goucb.GOUCBExactUCB` and the two-phase loop
+:func:`botorch_sketch.loops.goucb.run_goucb`.
 """
 
 from botorch_sketch.goucb.confidence import (
@@ -20,8 +22,7 @@ from botorch_sketch.goucb.confidence import (
     ridge_estimate,
     sherman_morrison,
 )
-from botorch_sketch.goucb.exact import GOUCBExactUCB, ellipsoid_inner_max
-from botorch_sketch.goucb.loop import GOUCBResult, run_goucb, uniform_design
+from botorch_sketch.goucb.exact import ellipsoid_inner_max
 from botorch_sketch.goucb.network import (
     ParameterLayout,
     paper_network,
@@ -39,8 +40,6 @@ __all__ = [
     "PAPER_ORACLE",
     "BetaSchedule",
     "ConstantBeta",
-    "GOUCBExactUCB",
-    "GOUCBResult",
     "GradientConfidenceSet",
     "OFULBeta",
     "OracleOptions",
@@ -55,8 +54,6 @@ __all__ = [
     "realizable_network",
     "reset_parameters",
     "ridge_estimate",
-    "run_goucb",
     "sherman_morrison",
-    "uniform_design",
     "values_and_jacobian",
 ]

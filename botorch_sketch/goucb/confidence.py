@@ -293,7 +293,7 @@ class PaperBeta:
     Astronomically large in the paper's settings (``~7.6e13`` at ``t = T`` for f1,
     spec Sec. 6.5): the optimism term then dominates and the selection is essentially
     uncertainty sampling. ``F`` (a bound on ``|f|``) is not given for the experiments;
-    :func:`~botorch_sketch.goucb.loop.run_goucb` uses ``max |y|`` of Phase I.
+    :func:`~botorch_sketch.loops.goucb.run_goucb` uses ``max |y|`` of Phase I.
     """
 
     T: int

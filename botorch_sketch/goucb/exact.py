@@ -16,11 +16,11 @@ maximum (spec Sec. 3.3, option A, "refine"):
 * take ``steps`` normalized projected gradient-ascent steps in ``u`` and keep the
   best iterate, so the result is never below the linearized maximizer's value.
 
-The outer maximization over ``x`` is BoTorch's ``optimize_acqf``: by Danskin's
-theorem ``d/dx max_w f(x; w) = d/dx f(x; w_opt)`` with ``w_opt`` held fixed, which is
-what :class:`GOUCBExactUCB` differentiates. The inner ascent is a local method:
-``max_{Ball} f(x; .)`` is non-concave in general, so "exact" means "a local
-maximum refined from the linearized maximizer", as in the paper's gradient ascent.
+The outer maximization over ``x`` is BoTorch's ``optimize_acqf`` on
+:class:`~botorch_sketch.acquisition.goucb.GOUCBExactUCB`. The inner ascent is a
+local method: ``max_{Ball} f(x; .)`` is non-concave in general, so "exact" means "a
+local maximum refined from the linearized maximizer", as in the paper's gradient
+ascent.
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ from __future__ import annotations
 import math
 
 import torch
-from botorch.acquisition.analytic import AnalyticAcquisitionFunction
-from botorch.utils.transforms import t_batch_mode_transform
 from torch import Tensor, nn
 
 from botorch_sketch.goucb.confidence import GradientConfidenceSet
@@ -96,53 +94,3 @@ def ellipsoid_inner_max(
             best = torch.where(better, value, best)
             best_w = torch.where(better.unsqueeze(-1), w, best_w)
     return best, best_w
-
-
-class GOUCBExactUCB(AnalyticAcquisitionFunction):
-    r"""GO-UCB's exact acquisition ``alpha_t(x) = max_{w in Ball_t} f(x; w)``.
-
-    For a :class:`~botorch_sketch.models.goucb.GOUCBModel`; values are returned in
-    original outcome units (through the model's outcome transform). Differentiable
-    in ``X`` by Danskin's theorem (see the module docstring). q = 1 only.
-
-    Example:
-        >>> acqf = GOUCBExactUCB(model, beta=model.beta_t())
-        >>> x, _ = optimize_acqf(acqf, bounds, q=1, num_restarts=4, raw_samples=256)
-    """
-
-    def __init__(self, model, beta: float, steps: int = 20, step_size: float = 0.2):
-        from botorch_sketch.models.goucb import GOUCBModel
-
-        if not isinstance(model, GOUCBModel):
-            raise TypeError(
-                f"GOUCBExactUCB needs a GOUCBModel, got {type(model).__name__}."
-            )
-        super().__init__(model=model)
-        self.beta = float(beta)
-        self.steps = steps
-        self.step_size = step_size
-        if not (self.beta >= 0 and math.isfinite(self.beta)):
-            raise ValueError(f"beta must be a finite number >= 0, got {beta!r}.")
-
-    @t_batch_mode_transform(expected_q=1)
-    def forward(self, X: Tensor) -> Tensor:
-        r"""Evaluate on ``batch x 1 x d`` inputs; returns ``batch`` values."""
-        model = self.model
-        model.eval()
-        X_tf = model.transform_inputs(X)
-        batch = X_tf.shape[:-2]
-        flat = X_tf.reshape(-1, X_tf.shape[-1])
-        _, W = ellipsoid_inner_max(
-            model.network,
-            model._layout,
-            model.confidence_set,
-            self.beta,
-            flat,
-            steps=self.steps,
-            step_size=self.step_size,
-        )
-        values, _ = rowwise_values_and_jacobian(model.network, model._layout, W, flat)
-        values = values.unsqueeze(-1)
-        if hasattr(model, "outcome_transform"):
-            values, _ = model.outcome_transform.untransform(values)
-        return values.squeeze(-1).reshape(batch)

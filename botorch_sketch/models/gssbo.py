@@ -19,7 +19,7 @@ train_Y)``. ``pilot`` decides where the hyperparameters come from:
   uniform subsample. This costs one extra ``O(M^3)``-per-step fit.
 * a fitted model (e.g. the previous iteration's ``GradientSubsetGP``) or its
   ``state_dict``: its hyperparameters *and* transforms are loaded, no pilot fit
-  (what :class:`botorch_sketch.gssbo.loop.GSSBORefitter` does). If it is a
+  (what :class:`botorch_sketch.loops.gssbo.GSSBORefitter` does). If it is a
   ``GradientSubsetGP`` whose subset lies in the current data, that subset is ``P``.
 
 Cost per construction after the switch: the pilot (fit or load), the gradients

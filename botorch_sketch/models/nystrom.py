@@ -36,7 +36,12 @@ exact.
 Cost: ``O(n m^2 + m^3)`` for the posterior caches, ``O(n m)`` memory, ``O(q m + q^2)``
 per batch of ``q`` test points after caching; marginal variances of ``q`` points
 (``posterior(X).variance``) cost ``O(q m r)``, no ``q x q`` matrix is formed.
-Fitting: :mod:`botorch_sketch.models.nystrom_fit`.
+
+The pieces: the dictionary policy's pure functions in
+:mod:`~botorch_sketch.models.nystrom_dictionary`, the posterior's operators and
+latent samples in :mod:`~botorch_sketch.models.nystrom_posterior` (over the algebra
+of :mod:`botorch_sketch.linalg`), the fitting strategy and the warm-start state in
+:mod:`~botorch_sketch.models.nystrom_fit`; this module is the model that joins them.
 """
 
 from __future__ import annotations
@@ -67,26 +72,44 @@ from gpytorch.mlls import MarginalLogLikelihood
 from gpytorch.models import GP
 from gpytorch.module import Module
 from gpytorch.settings import min_fixed_noise
-from linear_operator.operators import (
-    DenseLinearOperator,
-    LowRankRootLinearOperator,
-    MatmulLinearOperator,
-    SumLinearOperator,
-)
 from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
 from botorch_sketch import linalg
 from botorch_sketch.models.extra_state import with_extra_state
+from botorch_sketch.models.nystrom_dictionary import (
+    EXACT_FRACTION,
+    ROW_UNIFORM_BLOCK,
+    dictionary_cap,
+    draw_bless,
+    draw_dictionary,
+    input_rows,
+    keeps_most,
+    locate_rows,
+    resampling_ridge,
+    row_uniforms,
+    union_scores,
+    uses_every_point,
+    validate_indices,
+    warm_dictionary,
+)
 from botorch_sketch.models.nystrom_fit import (
     SketchState,
     fit_nystrom_gp,
     hyperparameter_state,
 )
+from botorch_sketch.models.nystrom_posterior import (
+    LAZY_COVARIANCE_MIN_POINTS,
+    append_rows,
+    dtc_covariance,
+    same_key,
+    sample_dtc_latent,
+)
 from botorch_sketch.models.options import ModelOptionsMixin
 from botorch_sketch.models.validation import (
     check_finite,
     validate_new_observations,
+    validate_sketch_options,
     validate_training_data,
 )
 
@@ -108,18 +131,19 @@ DEFAULT_FIT_SUBSET_SIZE = 1000
 #: dictionary): below it the capped sketch saves little and loses accuracy.
 DEFAULT_EXACT_MAX_N = 500
 
-#: A drawn dictionary holding at least this fraction of the points (within the
-#: budget) is replaced by every point, the exact GP.
-EXACT_FRACTION = 0.5
-
 #: Objectives of the hyperparameter fit (:mod:`~botorch_sketch.models.nystrom_fit`).
 OBJECTIVES = ("exact", "vfe", "dtc")
 
-#: Rows per seeded block of :meth:`NystromGP._row_uniforms`.
-ROW_UNIFORM_BLOCK = 1024
-
-#: Joint posteriors of at least this many points keep a lazy low-rank covariance.
-LAZY_COVARIANCE_MIN_POINTS = 256
+__all__ = [
+    "DEFAULT_EXACT_MAX_N",
+    "DEFAULT_FIT_SUBSET_SIZE",
+    "DEFAULT_MAX_DICTIONARY_SIZE",
+    "EXACT_FRACTION",
+    "LAZY_COVARIANCE_MIN_POINTS",
+    "OBJECTIVES",
+    "ROW_UNIFORM_BLOCK",
+    "NystromGP",
+]
 
 
 class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
@@ -223,28 +247,19 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             refit_max_iterations: L-BFGS-B iterations of a scheduled refit.
         """
         validate_training_data(train_X, train_Y, train_Yvar)
-        if not (isinstance(q_bar, int | float) and q_bar > 0 and math.isfinite(q_bar)):
-            raise ValueError(f"q_bar must be a positive finite number, got {q_bar!r}.")
-        if objective not in OBJECTIVES:
-            raise ValueError(
-                f"objective must be one of {OBJECTIVES}, got {objective!r}."
-            )
-        if not (isinstance(dictionary_refits, int) and dictionary_refits >= 0):
-            raise ValueError(
-                "dictionary_refits must be a non-negative int, got "
-                f"{dictionary_refits!r}."
-            )
-        for name, value in (
-            ("refit_growth", refit_growth),
-            ("refit_tolerance", refit_tolerance),
-        ):
-            if not (
-                isinstance(value, int | float) and math.isfinite(value) and value >= 0
-            ):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}.")
-        _optional_positive_int(refit_max_iterations, "refit_max_iterations")
-        if not (isinstance(exact_max_n, int) and exact_max_n >= 0):
-            raise ValueError(f"exact_max_n must be an int >= 0, got {exact_max_n!r}.")
+        validate_sketch_options(
+            q_bar=q_bar,
+            objective=objective,
+            objectives=OBJECTIVES,
+            dictionary_refits=dictionary_refits,
+            refit_growth=refit_growth,
+            refit_tolerance=refit_tolerance,
+            refit_max_iterations=refit_max_iterations,
+            exact_max_n=exact_max_n,
+            fit_subset_size=fit_subset_size,
+            max_dictionary_size=max_dictionary_size,
+            memory_budget_gb=memory_budget_gb,
+        )
         if input_transform is not None and any(
             p.requires_grad for p in input_transform.parameters()
         ):
@@ -315,20 +330,10 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             self.input_transform = input_transform
         self.q_bar = float(q_bar)
         self.dictionary_refits = dictionary_refits
-        self.fit_subset_size = _optional_positive_int(
-            fit_subset_size, "fit_subset_size"
-        )
+        self.fit_subset_size = fit_subset_size
         self.objective = objective
         self.seed = seed
-        self.max_dictionary_size = _optional_positive_int(
-            max_dictionary_size, "max_dictionary_size"
-        )
-        if memory_budget_gb is not None and not (
-            isinstance(memory_budget_gb, int | float) and memory_budget_gb > 0
-        ):
-            raise ValueError(
-                f"memory_budget_gb must be a positive number, got {memory_budget_gb!r}."
-            )
+        self.max_dictionary_size = max_dictionary_size
         self.memory_budget_gb = memory_budget_gb
         self.exact_max_n = exact_max_n
         self.warm_start = (
@@ -354,7 +359,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
                 )
             self._dictionary_spec = "all"
         elif dictionary is not None:
-            idx = _validate_indices(dictionary, n).to(train_X.device)
+            idx = validate_indices(dictionary, n).to(train_X.device)
             self._dictionary_spec = "given"
         self.register_buffer("_dictionary_indices", idx, persistent=False)
 
@@ -472,7 +477,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         data = torch.tensor([X.data_ptr(), X._version, *X.shape])
         key = (self.dictionary_indices, (data, *self._hyperparameter_key()))
         memo = self._embedding_memo
-        if memo is not None and _same_key(memo[0], key):
+        if memo is not None and same_key(memo[0], key):
             return memo[1]
         with torch.no_grad():
             S, W = self._embedding()
@@ -676,31 +681,20 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     def _dtc_mvn(self, X: Tensor) -> MultivariateNormal:
         r"""The DTC posterior at ``X``, ``cov = K_XX - Z Z^T + U U^T``.
 
-        For ``q >= LAZY_COVARIANCE_MIN_POINTS`` points the covariance stays a lazy
-        sum of the kernel and two low-rank terms, so marginal variances cost
-        ``O(q r)`` (Ax predicts thousands of points at once); below, it is dense
-        and factored lazily with gpytorch's jitter, as for ``SingleTaskGP`` (a
-        dense tensor would be Cholesky-factored without jitter by torch's
-        ``MultivariateNormal``, which fails for nearly repeated test points).
+        Lazy for ``q >= LAZY_COVARIANCE_MIN_POINTS`` points, dense below
+        (:func:`~botorch_sketch.models.nystrom_posterior.dtc_covariance`).
         """
         cache = self._posterior_cache()
         offset, Z, U = linalg.dtc_features(
             cache["predictor"], self.covar_module(X, cache["S"]).to_dense()
         )
         mean = self.mean_module(X) + offset
-        if X.shape[-2] >= LAZY_COVARIANCE_MIN_POINTS:
-            cov = SumLinearOperator(
-                self.covar_module(X),
-                MatmulLinearOperator(Z, -Z.mT),
-                LowRankRootLinearOperator(U),
-            )
-        else:
-            dense = self.covar_module(X).to_dense() - Z @ Z.mT + U @ U.mT
-            cov = DenseLinearOperator(0.5 * (dense + dense.mT))
+        cov = dtc_covariance(self.covar_module(X), Z, U)
         return MultivariateNormal(mean.expand(cov.shape[:-1]), cov)
 
     # ----------------------------------------------------------------------------
     # Dictionary: exact, BLESS, BKB resampling, all within the budget
+    # (the policy's pure functions: botorch_sketch.models.nystrom_dictionary)
     # ----------------------------------------------------------------------------
 
     def _initial_dictionary(self) -> Tensor:
@@ -715,9 +709,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         if self._dictionary_spec == "given" and self._dictionary_indices is not None:
             return self._dictionary_indices
         cap = self._dictionary_cap()
-        if self._dictionary_spec == "all" or n <= min(
-            self.exact_max_n, n if cap is None else cap
-        ):
+        if uses_every_point(self._dictionary_spec, n, self.exact_max_n, cap):
             self.sketch_ridge, self.dictionary_capped = None, False
             return torch.arange(n, device=self._train_X.device)
         idx = None
@@ -735,9 +727,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
                 )
         if idx is None:
             idx = self._bless_indices()
-        if (cap is None or n <= cap) and idx.numel() >= EXACT_FRACTION * n:
-            # The sketch would keep most points: every point costs about the same
-            # and is exact (the regime guard, module docstring).
+        if keeps_most(idx.numel(), n, cap):
             self.sketch_ridge, self.dictionary_capped = None, False
             return torch.arange(n, device=self._train_X.device)
         return idx
@@ -745,22 +735,16 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     def _warm_dictionary(self, state: SketchState) -> Tensor:
         r"""The warm start's dictionary among this model's training rows.
 
-        By its inputs when the state carries them (exact row match, so the data
-        may be reordered), else by its row indices, accepted only if the
-        checksum of this model's inputs at those rows matches (the data extend
-        the previous model's). Empty if it cannot be found (then BLESS runs).
+        :func:`~botorch_sketch.models.nystrom_dictionary.warm_dictionary`; empty
+        if it cannot be found (then BLESS runs).
         """
-        if state.dictionary_inputs is not None:
-            return _locate_rows(
-                _rows(self._train_X), _rows(state.dictionary_inputs.to(self._train_X))
+        rows = warm_dictionary(self._train_X, state)
+        if rows is None:
+            logger.info(
+                "NystromGP warm start: the previous dictionary is not in the data."
             )
-        rows = state.dictionary_rows.to(self._train_X.device)
-        if rows.numel() and int(rows.max()) < self.num_training_points:
-            checksum = float(self._train_X[..., rows, :].sum())
-            if math.isclose(checksum, state.rows_checksum, rel_tol=1e-9, abs_tol=1e-9):
-                return rows
-        logger.info("NystromGP warm start: the previous dictionary is not in the data.")
-        return rows[:0]
+            return state.dictionary_rows[:0].to(self._train_X.device)
+        return rows
 
     def posterior_variance_at_train(self) -> Tensor:
         r"""DTC variances at the training points in RLS units (``var / noise``).
@@ -801,41 +785,19 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         return g
 
     def _resampling_ridge(self, ridge: float | None) -> float | None:
-        """The ridge of a redraw: the last draw's where the budget bound, else the
-        noise (``None``)."""
-        if ridge is None or not math.isfinite(ridge):
-            return None
-        return ridge if ridge > float(self.likelihood.noise.mean()) else None
+        """The ridge of a redraw (:func:`~.nystrom_dictionary.resampling_ridge`)."""
+        return resampling_ridge(ridge, float(self.likelihood.noise.mean()))
 
     def _row_uniforms(self, stream: int = 0) -> Tensor:
         r"""One fixed uniform number per training row, for coupled draws.
 
-        Row ``i`` always gets the same number (blocks of ``ROW_UNIFORM_BLOCK`` rows
-        seeded by the model's seed and the block's index), also in a later model
-        whose data extend this one's. A draw "keep ``i`` iff ``u_i < p_i``" then
-        has BKB's inclusion probabilities ``p_i`` at every call, while consecutive
-        dictionaries differ only where a probability crossed its point's number:
-        a loop's sketch, and with it its posterior, changes little from one call to
-        the next (fresh coins would swap a large part of a budget-bound dictionary
-        at every call). Without a seed, the numbers come from torch's generator.
-        ``stream`` selects an independent set of numbers (0: dictionary draws,
-        1: the fit subsample, :mod:`~botorch_sketch.models.nystrom_fit`).
+        :func:`~botorch_sketch.models.nystrom_dictionary.row_uniforms` at the
+        model's seed: ``stream`` 0 for dictionary draws, 1 for the fit subsample
+        (:mod:`~botorch_sketch.models.nystrom_fit`).
         """
-        n = self.num_training_points
-        if self.seed is None:
-            return torch.rand(n, dtype=self._compute_dtype)
-        blocks = [
-            torch.rand(
-                ROW_UNIFORM_BLOCK,
-                generator=torch.Generator().manual_seed(
-                    (self.seed * 1_000_003 + 104_729 * (b + 1) + 7_919 * stream)
-                    % (2**63 - 1)
-                ),
-                dtype=torch.float64,
-            )
-            for b in range((n + ROW_UNIFORM_BLOCK - 1) // ROW_UNIFORM_BLOCK)
-        ]
-        return torch.cat(blocks)[:n].to(self._compute_dtype)
+        return row_uniforms(
+            self.num_training_points, self.seed, stream, self._compute_dtype
+        )
 
     def _draw_indices(
         self,
@@ -846,54 +808,23 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     ) -> Tensor:
         r"""BKB's posterior-variance sampling of the (deduplicated) training points.
 
-        A point seen ``c`` times (duplicated inputs) scores ``a = q_bar c sigma~^2``
-        (the union bound over its copies, as the BBKB authors' code does, see
-        :func:`~botorch_sketch.linalg.rls_inclusion_probabilities`), the largest
-        over batch members and outputs, and is kept with probability ``min(1, s
-        a)``: ``s = 1`` unless the expected size exceeds the budget, in which case
-        ``s < 1`` samples the leverage scores of the ridge ``ridge / s`` where the
-        budget binds (:func:`~botorch_sketch.linalg.budget_scale`); an unlucky
-        draw above the budget is trimmed from the lowest probabilities. Scores
-        taken at a budget ridge above the noise (``ridge``) may also be scaled up,
-        down to the noise ridge, when the budget has room.
+        Scores ``q_bar c sigma~^2`` (:func:`~botorch_sketch.models.
+        nystrom_dictionary.union_scores`) drawn within the budget
+        (:func:`~botorch_sketch.models.nystrom_dictionary.draw_dictionary`).
         """
-        n = self.num_training_points
-        scores = self.q_bar * rls.reshape(-1, n).clamp_min(0.0).amax(0)
-        uniq, inverse, counts = torch.unique(
-            _rows(self._train_X), dim=0, return_inverse=True, return_counts=True
+        union = union_scores(rls, input_rows(self._train_X), self.q_bar)
+        draw = draw_dictionary(
+            union,
+            self._dictionary_cap(),
+            float(self.likelihood.noise.mean()),
+            ridge,
+            generator=generator,
+            uniforms=uniforms,
         )
-        first = torch.full((uniq.shape[0],), n, dtype=torch.long, device=rls.device)
-        first = first.scatter_reduce(
-            0, inverse, torch.arange(n, device=rls.device), reduce="amin"
-        )
-        # Duplicates score 0: the first occurrence represents them.
-        union = torch.zeros_like(scores)
-        union[first] = scores[first] * counts.to(scores)
-        cap = self._dictionary_cap()
-        noise = float(self.likelihood.noise.mean())
-        base = noise if ridge is None else ridge
-        # Scores at a budget ridge may be rescaled both ways, down to the noise.
-        scale = 1.0
-        if cap is not None:
-            scale = linalg.budget_scale(union, cap, max_scale=base / noise)
-        probabilities = (scale * union).clamp_max(1.0)
-        if uniforms is None:
-            draw = linalg.sample_dictionary(probabilities, 1.0, generator=generator)
-            if draw.fallback:
-                logger.warning(
-                    "Dictionary draw was empty; kept the most uncertain point."
-                )
-            selected = draw.selected
-        else:
-            selected = uniforms.to(probabilities) < probabilities
-            if not selected.any():
-                selected[torch.argmax(probabilities)] = True
-        idx = selected.nonzero().squeeze(-1)
-        if cap is not None and idx.numel() > cap:
-            keep = torch.sort(-probabilities[idx], stable=True).indices[:cap]
-            idx = torch.sort(idx[keep]).values
-        self._record_ridge(base / scale, base / scale > noise)
-        return idx
+        if draw.fallback:
+            logger.warning("Dictionary draw was empty; kept the most uncertain point.")
+        self._record_ridge(draw.ridge, draw.capped)
+        return draw.indices
 
     def _record_ridge(self, ridge: float, capped: bool) -> None:
         self.sketch_ridge, self.dictionary_capped = ridge, capped
@@ -996,54 +927,27 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     def _bless_indices(self) -> Tensor:
         r"""BLESS at the current hyperparameters, within the budget.
 
-        The union of one draw per batch member / output, each with an equal share
-        of the budget (the members usually share most points).
+        :func:`~botorch_sketch.models.nystrom_dictionary.draw_bless`.
         """
-        X = self._train_X
-        n, d = X.shape[-2:]
-        flat_X = X.reshape(-1, n, d)
-        members = flat_X.shape[0]
-        noise = self.likelihood.noise.reshape(-1, self.likelihood.noise.shape[-1])
-        cap = self._dictionary_cap()
-        share = None if cap is None else max(1, cap // members)
-        selected = torch.zeros(n, dtype=torch.bool, device=X.device)
-        ridges, capped = [], False
-        for b in range(members):
-
-            def kernel(A: Tensor, B: Tensor, b: int = b) -> Tensor:
-                K = self.covar_module(A, B).to_dense()
-                return K.reshape(-1, *K.shape[-2:])[b % K[..., 0, 0].numel()]
-
-            def kernel_diag(A: Tensor, b: int = b) -> Tensor:
-                k = self.covar_module(A, diag=True)
-                return k.reshape(-1, k.shape[-1])[b % k[..., 0].numel()]
-
-            draw = linalg.bless(
-                flat_X[b],
-                kernel,
-                kernel_diag,
-                lam=float(noise[b % noise.shape[0]].mean()),
-                q_bar=self.q_bar,
-                generator=self._next_generator(None),
-                max_size=share,
-            )
-            selected[draw.indices] = True
-            ridges.append(draw.ridge)
-            capped = capped or draw.capped
-        self._record_ridge(max(ridges), capped)
-        return selected.nonzero().squeeze(-1)
+        draw = draw_bless(
+            self._train_X,
+            self.covar_module,
+            self.likelihood.noise,
+            self.q_bar,
+            self._dictionary_cap(),
+            lambda: self._next_generator(None),
+        )
+        self._record_ridge(draw.ridge, draw.capped)
+        return draw.indices
 
     def _dictionary_cap(self) -> int | None:
         """``max_dictionary_size`` combined with the ``memory_budget_gb`` cap."""
-        cap = self.max_dictionary_size
-        budget = getattr(self, "memory_budget_gb", None)
-        if budget is not None:
-            itemsize = self._train_X.element_size()
-            by_memory = max(
-                1, int(budget * 2**30 / (4 * itemsize * self.num_training_points))
-            )
-            cap = by_memory if cap is None else min(cap, by_memory)
-        return cap
+        return dictionary_cap(
+            self.max_dictionary_size,
+            getattr(self, "memory_budget_gb", None),
+            self.num_training_points,
+            self._train_X.element_size(),
+        )
 
     # ----------------------------------------------------------------------------
     # Posterior
@@ -1137,20 +1041,8 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         batch = torch.broadcast_shapes(
             old_X.shape[:-2], inputs.shape[:-2], targets.shape[:-1]
         )
-        new_X = torch.cat(
-            [
-                old_X.expand(*batch, *old_X.shape[-2:]),
-                inputs.expand(*batch, *inputs.shape[-2:]),
-            ],
-            dim=-2,
-        )
-        new_Y = torch.cat(
-            [
-                old_Y.expand(*batch, old_Y.shape[-1]),
-                targets.expand(*batch, targets.shape[-1]),
-            ],
-            dim=-1,
-        )
+        new_X = append_rows(old_X, inputs, batch, dims=2)
+        new_Y = append_rows(old_Y, targets, batch, dims=1)
         new = deepcopy(self)
         new._train_X, new._train_Y, new._cache = new_X, new_Y, None
         new._embedding_memo = None
@@ -1163,13 +1055,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             noise = noise.to(old_noise).clamp_min(
                 min_fixed_noise.value(old_noise.dtype)
             )
-            new.likelihood.noise = torch.cat(
-                [
-                    old_noise.expand(*batch, old_noise.shape[-1]),
-                    noise.expand(*batch, noise.shape[-1]),
-                ],
-                dim=-1,
-            )
+            new.likelihood.noise = append_rows(old_noise, noise, batch, dims=1)
         return new
 
     def sample_latent(
@@ -1186,14 +1072,10 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
 
             f(x) = mean(x) + (L^{-1} z(x))^T eps + sqrt(k(x,x) - ||z(x)||^2) xi(x)
 
-        with one ``eps ~ N(0, I_r)`` shared by all candidates and independent
-        ``xi(x) ~ N(0, 1)``. The first two terms are exact: their covariance is the
-        embedding part ``z^T A^{-1} z'`` of the DTC posterior. The Nyström residual
-        is sampled as independent per-point noise: its marginal variances are exact
-        but its correlations (``K** - Q**`` off the diagonal) are dropped. This is
-        what we sample, and it is not the exact DTC joint; it matches it on every
-        marginal and on the low-rank (learned) part of the correlation. Candidates
-        are processed in chunks, so memory is ``O(chunk_size m)``.
+        (:func:`~botorch_sketch.models.nystrom_posterior.sample_dtc_latent`): exact
+        on every marginal and on the low-rank (learned) part of the correlation,
+        the Nyström residual's correlations dropped, so not the exact DTC joint.
+        Candidates are processed in chunks, so memory is ``O(chunk_size m)``.
 
         Args:
             X: ``A x d`` candidates (untransformed; not for batched models).
@@ -1218,38 +1100,18 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             )
         self.eval()
         cache = self._posterior_cache()
-        factor = cache["factor"]
-        m = self.num_outputs
-        r = factor.chol.shape[-1]
-        eps = torch.randn(
-            num_samples,
-            *factor.chol.shape[:-2],
-            r,
-            generator=generator,
-            dtype=self._compute_dtype,
-        ).to(factor.chol.device)
-        chunks = []
         with torch.no_grad():
-            Xt = self.transform_inputs(X.to(self._compute_dtype))
-            for start in range(0, Xt.shape[0], chunk_size):
-                Xc = Xt[start : start + chunk_size]
-                if m > 1:
-                    Xc = Xc.unsqueeze(0).expand(m, *Xc.shape)
-                Zc = self._embed(Xc, cache["S"], cache["W"])  # (m) x c x r
-                Wc = linalg.whiten(factor, Zc)  # (m) x r x c
-                mean = self.mean_module(Xc) + (Wc * factor.coef.unsqueeze(-1)).sum(-2)
-                resid = linalg.embedding_residual(self.covar_module(Xc, diag=True), Zc)
-                xi = torch.randn(
-                    num_samples,
-                    *resid.shape,
-                    generator=generator,
-                    dtype=self._compute_dtype,
-                ).to(resid.device)
-                f = mean + (Wc.unsqueeze(0) * eps.unsqueeze(-1)).sum(-2)
-                f = f + resid.sqrt() * xi
-                f = f.unsqueeze(-1) if m == 1 else f.transpose(-1, -2)
-                chunks.append(f)
-            samples = torch.cat(chunks, dim=-2)
+            samples = sample_dtc_latent(
+                self.transform_inputs(X.to(self._compute_dtype)),
+                cache["factor"],
+                lambda Xc: self._embed(Xc, cache["S"], cache["W"]),
+                self.mean_module,
+                self.covar_module,
+                self.num_outputs,
+                num_samples,
+                generator=generator,
+                chunk_size=chunk_size,
+            )
             if hasattr(self, "outcome_transform"):
                 samples, _ = self.outcome_transform.untransform(samples)
         return samples
@@ -1308,7 +1170,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             self.inducing_points, state
         ):
             return
-        found = _locate_rows(_rows(self._train_X), _rows(state))
+        found = locate_rows(input_rows(self._train_X), input_rows(state))
         num_saved = state.shape[-2]
         if found.numel() < num_saved:
             logger.warning(
@@ -1319,57 +1181,3 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             )
         if found.numel() > 0:
             self.dictionary_indices = torch.unique(found)
-
-
-# ---------------------------------------------------------------------------------
-# Helpers
-# ---------------------------------------------------------------------------------
-
-
-def _optional_positive_int(value: int | None, name: str) -> int | None:
-    if value is not None and not (isinstance(value, int) and value > 0):
-        raise ValueError(f"{name} must be a positive int or None, got {value!r}.")
-    return value
-
-
-def _validate_indices(indices: Tensor, n: int) -> Tensor:
-    if not torch.is_tensor(indices) or indices.dtype not in (torch.int64, torch.int32):
-        raise ValueError("dictionary must be an integer tensor of training indices.")
-    if indices.dim() != 1 or indices.numel() == 0:
-        raise ValueError("dictionary must be a non-empty 1-d tensor of indices.")
-    if indices.min() < 0 or indices.max() >= n:
-        raise ValueError(f"dictionary indices must lie in [0, {n}).")
-    return torch.unique(indices.long())
-
-
-def _rows(X: Tensor) -> Tensor:
-    r"""``n x (b d)`` rows of ``batch x n x d`` inputs (batch members side by side)."""
-    return X.movedim(-2, 0).reshape(X.shape[-2], -1)
-
-
-def _locate_rows(rows: Tensor, queries: Tensor) -> Tensor:
-    r"""Indices into ``rows`` of the ``queries`` rows that occur in it (exactly).
-
-    ``O((n + k) log(n + k))`` through one ``torch.unique`` over both sets.
-    """
-    if queries.shape[-1] != rows.shape[-1]:
-        return torch.zeros(0, dtype=torch.long, device=rows.device)
-    _, inverse = torch.unique(torch.cat([rows, queries]), dim=0, return_inverse=True)
-    n = rows.shape[0]
-    first = torch.full(
-        (int(inverse.max()) + 1,), n, dtype=torch.long, device=rows.device
-    ).scatter_reduce(0, inverse[:n], torch.arange(n, device=rows.device), reduce="amin")
-    hits = first[inverse[n:]]
-    return hits[hits < n]
-
-
-def _same_key(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    r"""Whether two ``(dictionary, hyperparameters)`` keys are equal."""
-    idx_a, hyper_a = a
-    idx_b, hyper_b = b
-    return (
-        idx_a.shape == idx_b.shape
-        and torch.equal(idx_a, idx_b)
-        and len(hyper_a) == len(hyper_b)
-        and all(torch.equal(x, y) for x, y in zip(hyper_a, hyper_b, strict=True))
-    )

@@ -8,10 +8,19 @@ later, deep inside a factorisation, with a message about something else.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
-__all__ = ["check_finite", "validate_new_observations", "validate_training_data"]
+__all__ = [
+    "check_finite",
+    "optional_positive_int",
+    "validate_new_observations",
+    "validate_sketch_options",
+    "validate_training_data",
+]
 
 
 def check_finite(T: Tensor, name: str) -> None:
@@ -90,3 +99,52 @@ def validate_new_observations(
             )
         if (noise < 0).any():
             raise ValueError("noise must be non-negative.")
+
+
+def optional_positive_int(value: int | None, name: str) -> int | None:
+    r"""``value`` if it is ``None`` or a positive int, else ``ValueError``."""
+    if value is not None and not (isinstance(value, int) and value > 0):
+        raise ValueError(f"{name} must be a positive int or None, got {value!r}.")
+    return value
+
+
+def validate_sketch_options(
+    *,
+    q_bar: float,
+    objective: str,
+    objectives: Sequence[str],
+    dictionary_refits: int,
+    refit_growth: float,
+    refit_tolerance: float,
+    refit_max_iterations: int | None,
+    exact_max_n: int,
+    fit_subset_size: int | None,
+    max_dictionary_size: int | None,
+    memory_budget_gb: float | None,
+) -> None:
+    r"""Check ``NystromGP``'s sketch options; ``ValueError`` names the first bad one."""
+    if not (isinstance(q_bar, int | float) and q_bar > 0 and math.isfinite(q_bar)):
+        raise ValueError(f"q_bar must be a positive finite number, got {q_bar!r}.")
+    if objective not in objectives:
+        raise ValueError(f"objective must be one of {objectives}, got {objective!r}.")
+    if not (isinstance(dictionary_refits, int) and dictionary_refits >= 0):
+        raise ValueError(
+            f"dictionary_refits must be a non-negative int, got {dictionary_refits!r}."
+        )
+    for name, value in (
+        ("refit_growth", refit_growth),
+        ("refit_tolerance", refit_tolerance),
+    ):
+        if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}.")
+    optional_positive_int(refit_max_iterations, "refit_max_iterations")
+    if not (isinstance(exact_max_n, int) and exact_max_n >= 0):
+        raise ValueError(f"exact_max_n must be an int >= 0, got {exact_max_n!r}.")
+    optional_positive_int(fit_subset_size, "fit_subset_size")
+    optional_positive_int(max_dictionary_size, "max_dictionary_size")
+    if memory_budget_gb is not None and not (
+        isinstance(memory_budget_gb, int | float) and memory_budget_gb > 0
+    ):
+        raise ValueError(
+            f"memory_budget_gb must be a positive number, got {memory_budget_gb!r}."
+        )

@@ -11,8 +11,9 @@ from botorch.models.transforms import Standardize
 from botorch.optim import optimize_acqf
 from torch import nn
 
+from botorch_sketch.acquisition.goucb import GOUCBExactUCB
 from botorch_sketch.goucb.confidence import ellipsoid_argmax
-from botorch_sketch.goucb.exact import GOUCBExactUCB, ellipsoid_inner_max
+from botorch_sketch.goucb.exact import ellipsoid_inner_max
 from botorch_sketch.goucb.network import paper_network, values_and_jacobian
 from botorch_sketch.goucb.oracle import OracleOptions
 from botorch_sketch.models.goucb import GOUCBModel

@@ -4,7 +4,7 @@ Phase I draws ``n`` points iid uniformly from the box (default ``n = ceil(sqrt(T
 Theorem 4.1) and fits ``w_hat_0`` with the regression oracle. Phase II runs ``T``
 optimistic rounds: each round builds BoTorch's ``UpperConfidenceBound`` with
 ``beta = beta_t`` on the :class:`~botorch_sketch.models.goucb.GOUCBModel` (the
-linearized inner maximum, spec Sec. 3.2) or :class:`~botorch_sketch.goucb.exact.
+linearized inner maximum, spec Sec. 3.2) or :class:`~botorch_sketch.acquisition.goucb.
 GOUCBExactUCB` (``exact=True``), maximizes it with ``optimize_acqf``, observes
 ``y_t`` and absorbs it online with ``condition_on_observations`` (the gradient is
 taken at the current ``w_hat_t`` and frozen: the paper's rule). The oracle runs once,
@@ -20,7 +20,6 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 from botorch.acquisition.analytic import UpperConfidenceBound
@@ -30,22 +29,15 @@ from botorch.optim import optimize_acqf
 from botorch.utils.types import _DefaultType
 from torch import Tensor, nn
 
+from botorch_sketch.acquisition.goucb import GOUCBExactUCB
 from botorch_sketch.goucb.confidence import (
     BetaSchedule,
     PaperBeta,
     as_beta_schedule,
     paper_lambda,
 )
-from botorch_sketch.goucb.exact import GOUCBExactUCB
 from botorch_sketch.goucb.oracle import OracleOptions
-
-# Module import, not ``from ... import GOUCBModel``: ``models.goucb`` imports this
-# package, so a user importing ``botorch_sketch.models.goucb`` first would
-# otherwise hit a circular import.
-from botorch_sketch.models import goucb as goucb_models
-
-if TYPE_CHECKING:
-    from botorch_sketch.models.goucb import GOUCBModel
+from botorch_sketch.models.goucb import GOUCBModel
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +134,7 @@ def run_goucb(
 
     X = uniform_design(bounds, n, generator)
     Y = evaluate(X, 0)
-    model = goucb_models.GOUCBModel(
+    model = GOUCBModel(
         X,
         Y,
         network=network,

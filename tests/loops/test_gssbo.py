@@ -8,8 +8,8 @@ from botorch.optim import optimize_acqf
 from botorch.test_functions import Hartmann
 from botorch.utils.testing import BotorchTestCase
 
-from botorch_sketch.gssbo.loop import GSSBORefitter
 from botorch_sketch.gssbo.selection import DynamicBufferSize
+from botorch_sketch.loops.gssbo import GSSBORefitter
 
 DT = torch.float64
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from botorch_sketch.goucb.confidence import paper_lambda
-from botorch_sketch.goucb.loop import run_goucb, uniform_design
 from botorch_sketch.goucb.network import paper_network
 from botorch_sketch.goucb.oracle import OracleOptions
+from botorch_sketch.loops.goucb import run_goucb, uniform_design
 from botorch_sketch.models.goucb import GOUCBModel
 
 DT = torch.float64

@@ -1,0 +1,145 @@
+r"""The DTC posterior of :class:`~botorch_sketch.models.nystrom.NystromGP` as operators.
+
+With the dictionary's embedding ``z(x) = K_S^{+1/2} k_S(x)`` and the factor of
+``A = I + Z^T N^{-1} Z`` (:func:`~botorch_sketch.linalg.dtc_factor`), the DTC
+posterior at ``q`` test points (BBKB Eqs. 1-3) is
+
+    mean = m(X) + Z_X A^{-1} Z^T N^{-1} (y - m(X_train))            q
+    cov  = K_XX - Z_X Z_X^T + U U^T,   U = Z_X L^{-T}               q x q
+
+(:func:`~botorch_sketch.linalg.dtc_features` gives the offset, ``Z_X`` and ``U``).
+Here the covariance becomes a ``LinearOperator`` (:func:`dtc_covariance`) and
+posterior samples at many candidates are drawn without a ``q x q`` matrix
+(:func:`sample_dtc_latent`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from gpytorch.means import Mean
+from gpytorch.module import Module
+from linear_operator.operators import (
+    DenseLinearOperator,
+    LinearOperator,
+    LowRankRootLinearOperator,
+    MatmulLinearOperator,
+    SumLinearOperator,
+)
+from torch import Tensor
+
+from botorch_sketch import linalg
+
+#: Joint posteriors of at least this many points keep a lazy low-rank covariance.
+LAZY_COVARIANCE_MIN_POINTS = 256
+
+
+def dtc_covariance(K: LinearOperator, Z: Tensor, U: Tensor) -> LinearOperator:
+    r"""The DTC covariance ``K - Z Z^T + U U^T``.
+
+    ``K`` is the ``... x q x q`` prior covariance, ``Z`` and ``U`` are ``... x q x r``.
+
+    For ``q >= LAZY_COVARIANCE_MIN_POINTS`` points the result stays a lazy sum of
+    the kernel and two low-rank terms, so marginal variances cost ``O(q r)`` (Ax
+    predicts thousands of points at once); below, it is dense (symmetrized) and
+    factored lazily with gpytorch's jitter, as for ``SingleTaskGP`` (a dense tensor
+    would be Cholesky-factored without jitter by torch's ``MultivariateNormal``,
+    which fails for nearly repeated test points).
+    """
+    if K.shape[-1] >= LAZY_COVARIANCE_MIN_POINTS:
+        return SumLinearOperator(
+            K, MatmulLinearOperator(Z, -Z.mT), LowRankRootLinearOperator(U)
+        )
+    dense = K.to_dense() - Z @ Z.mT + U @ U.mT
+    return DenseLinearOperator(0.5 * (dense + dense.mT))
+
+
+def sample_dtc_latent(
+    X: Tensor,
+    factor: linalg.DTCFactor,
+    embed: Callable[[Tensor], Tensor],
+    mean_module: Mean,
+    covar_module: Module,
+    num_outputs: int,
+    num_samples: int,
+    generator: torch.Generator | None = None,
+    chunk_size: int = 16384,
+) -> Tensor:
+    r"""Samples of the latent function at ``A`` candidates, ``O(A m)`` memory per chunk.
+
+    With one ``eps ~ N(0, I_r)`` shared by all candidates and independent
+    ``xi(x) ~ N(0, 1)``,
+
+        f(x) = mean(x) + (L^{-1} z(x))^T eps + sqrt(k(x,x) - ||z(x)||^2) xi(x).
+
+    The first two terms are exact (their covariance is the embedding part
+    ``z^T A^{-1} z'`` of the DTC posterior); the Nyström residual is sampled as
+    independent per-point noise: exact marginals, its off-diagonal correlations
+    (``K** - Q**``) dropped.
+
+    Args:
+        X: ``A x d`` transformed candidates.
+        factor: The posterior's :class:`~botorch_sketch.linalg.DTCFactor`,
+            ``(m) x ...``.
+        embed: ``X -> z(X)``, the dictionary's embedding, ``(m) x c x r``.
+        mean_module: The prior mean.
+        covar_module: The kernel.
+        num_outputs: ``m``.
+        num_samples: Number of joint samples.
+        generator: Optional ``torch.Generator``.
+        chunk_size: Candidates per chunk.
+
+    Returns:
+        A ``num_samples x A x m`` tensor in model (transformed outcome) units.
+    """
+    dtype = X.dtype
+    r = factor.chol.shape[-1]
+    eps = torch.randn(
+        num_samples, *factor.chol.shape[:-2], r, generator=generator, dtype=dtype
+    ).to(factor.chol.device)
+    chunks = []
+    for start in range(0, X.shape[0], chunk_size):
+        Xc = X[start : start + chunk_size]
+        if num_outputs > 1:
+            Xc = Xc.unsqueeze(0).expand(num_outputs, *Xc.shape)
+        Zc = embed(Xc)  # (m) x c x r
+        Wc = linalg.whiten(factor, Zc)  # (m) x r x c
+        mean = mean_module(Xc) + (Wc * factor.coef.unsqueeze(-1)).sum(-2)
+        resid = linalg.embedding_residual(covar_module(Xc, diag=True), Zc)
+        xi = torch.randn(
+            num_samples, *resid.shape, generator=generator, dtype=dtype
+        ).to(resid.device)
+        f = mean + (Wc.unsqueeze(0) * eps.unsqueeze(-1)).sum(-2)
+        f = f + resid.sqrt() * xi
+        chunks.append(f.unsqueeze(-1) if num_outputs == 1 else f.transpose(-1, -2))
+    return torch.cat(chunks, dim=-2)
+
+
+def append_rows(old: Tensor, new: Tensor, batch: torch.Size, dims: int) -> Tensor:
+    r"""``old`` and ``new`` concatenated along their last ``dims``-th dimension.
+
+    Both are first expanded to the broadcast ``batch`` shape (leading fantasy
+    dimensions): ``dims = 2`` for ``... x n x d`` inputs, ``1`` for ``... x n``
+    targets and noises.
+    """
+    event = -dims
+    return torch.cat(
+        [
+            old.expand(*batch, *old.shape[event:]),
+            new.expand(*batch, *new.shape[event:]),
+        ],
+        dim=event,
+    )
+
+
+def same_key(a: tuple, b: tuple) -> bool:
+    r"""Whether two ``(dictionary, hyperparameters)`` cache keys are equal."""
+    idx_a, hyper_a = a
+    idx_b, hyper_b = b
+    return (
+        idx_a.shape == idx_b.shape
+        and torch.equal(idx_a, idx_b)
+        and len(hyper_a) == len(hyper_b)
+        and all(torch.equal(x, y) for x, y in zip(hyper_a, hyper_b, strict=True))
+    )
