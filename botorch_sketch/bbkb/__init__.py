@@ -13,6 +13,8 @@ GP-UCB / GP-BUCB and uniform baselines. One concept per module:
 - :mod:`~botorch_sketch.bbkb.selection`: exact UCB batch selection (pooled
   eager downdates or the paper's lazy rule);
 - :mod:`~botorch_sketch.bbkb.exact`: incremental exact GP posterior;
+- :mod:`~botorch_sketch.bbkb.learning`: kernel hyperparameters refitted on a
+  schedule during a run (``run_bbkb(..., learn=True)``);
 - :mod:`~botorch_sketch.bbkb.loop`: the bandit loops;
 - :mod:`~botorch_sketch.bbkb.dense_kernel`: the prior covariance, any gpytorch
   kernel, evaluated in dense blocks (and the paper's frozen Gaussian kernel).
@@ -24,6 +26,7 @@ from botorch_sketch.bbkb.dense_kernel import (
     fixed_rbf_kernel,
 )
 from botorch_sketch.bbkb.exact import ExactPosterior
+from botorch_sketch.bbkb.learning import KernelFit, KernelLearning
 from botorch_sketch.bbkb.loop import (
     BanditResult,
     noisy_oracle,
@@ -75,6 +78,8 @@ __all__ = [
     "FixedSchedule",
     "GlobalLocalRule",
     "IncrementalState",
+    "KernelFit",
+    "KernelLearning",
     "GlobalRule",
     "LazyUCBSelector",
     "LocalRule",

@@ -26,7 +26,7 @@ import torch
 from gpytorch.kernels import Kernel, RBFKernel, ScaleKernel
 from torch import Tensor
 
-__all__ = ["DenseKernel", "as_dense_kernel", "fixed_rbf_kernel"]
+__all__ = ["DenseKernel", "as_dense_kernel", "fixed_rbf_kernel", "kernel_copy"]
 
 
 class DenseKernel:
@@ -52,17 +52,7 @@ class DenseKernel:
         dtype: torch.dtype = torch.float64,
         device: torch.device | str | None = None,
     ) -> None:
-        if not isinstance(kernel, Kernel):
-            raise TypeError(
-                "kernel must be a gpytorch.kernels.Kernel (e.g. "
-                f"fixed_rbf_kernel(lengthscale)), got {type(kernel).__name__}."
-            )
-        if kernel.batch_shape != torch.Size([]):
-            raise ValueError(
-                "the finite-arm engine needs a kernel without batch dimensions, got "
-                f"batch_shape {tuple(kernel.batch_shape)}."
-            )
-        module = copy.deepcopy(kernel).to(device=device, dtype=dtype)
+        module = kernel_copy(kernel, dtype, device)
         module.requires_grad_(False)
         self.module = module
         self.dtype = dtype
@@ -90,6 +80,24 @@ class DenseKernel:
 
     def __repr__(self) -> str:
         return f"DenseKernel({self.module!r}, dtype={self.dtype})"
+
+
+def kernel_copy(
+    kernel: Kernel, dtype: torch.dtype, device: torch.device | str | None = None
+) -> Kernel:
+    r"""A deep copy of ``kernel`` in ``dtype`` on ``device``, after checking that it
+    is a gpytorch kernel without batch dimensions (what the engine can use)."""
+    if not isinstance(kernel, Kernel):
+        raise TypeError(
+            "kernel must be a gpytorch.kernels.Kernel (e.g. "
+            f"fixed_rbf_kernel(lengthscale)), got {type(kernel).__name__}."
+        )
+    if kernel.batch_shape != torch.Size([]):
+        raise ValueError(
+            "the finite-arm engine needs a kernel without batch dimensions, got "
+            f"batch_shape {tuple(kernel.batch_shape)}."
+        )
+    return copy.deepcopy(kernel).to(device=device, dtype=dtype)
 
 
 def as_dense_kernel(kernel: Kernel | DenseKernel, like: Tensor) -> DenseKernel:

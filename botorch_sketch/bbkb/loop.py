@@ -27,7 +27,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from gpytorch.kernels import Kernel
@@ -36,6 +36,7 @@ from torch import Tensor
 from botorch_sketch import linalg
 from botorch_sketch.bbkb.dense_kernel import DenseKernel, as_dense_kernel
 from botorch_sketch.bbkb.exact import ExactPosterior
+from botorch_sketch.bbkb.learning import KernelFit, KernelLearner, KernelLearning
 from botorch_sketch.bbkb.schedules import BetaSchedule, make_schedule
 from botorch_sketch.bbkb.selection import (
     DEFAULT_POOL_SIZE,
@@ -89,6 +90,9 @@ class BanditResult:
         batch_ranks: ``B`` embedding dimensions ``r`` used to select each batch
             (BBKB only; 0 for batch 0), e.g. to count the flops of the
             resparsifications (``~ 2 A m r`` each).
+        kernel: The kernel of :attr:`final_state` (BBKB only): with learning, the
+            learned kernel (a trainable copy; the caller's module is unchanged).
+        kernel_fits: The refits of a run with learning, in order.
     """
 
     arms: Tensor
@@ -103,6 +107,8 @@ class BanditResult:
     total_time: float
     final_state: BatchState | None = None
     batch_ranks: Tensor | None = None
+    kernel: Kernel | None = None
+    kernel_fits: list[KernelFit] = field(default_factory=list)
 
     @property
     def num_batches(self) -> int:
@@ -198,7 +204,12 @@ class _Recorder:
             self.pbar.update(n)
             self.pbar.set_postfix(batch=n, m=dict_size, refresh=False)
 
-    def result(self, final_state: BatchState | None = None) -> BanditResult:
+    def result(
+        self,
+        final_state: BatchState | None = None,
+        kernel: Kernel | None = None,
+        kernel_fits: list[KernelFit] | None = None,
+    ) -> BanditResult:
         total = self.now()
         if self.pbar is not None:
             self.pbar.close()
@@ -221,6 +232,8 @@ class _Recorder:
             total_time=total,
             final_state=final_state,
             batch_ranks=torch.tensor(self.ranks, dtype=torch.long),
+            kernel=kernel,
+            kernel_fits=list(kernel_fits or []),
         )
 
 
@@ -323,6 +336,7 @@ class _StateKeeper:
         kernel_cache_bytes: int,
     ) -> None:
         self.args = (arms, kernel)
+        self.kernel = kernel
         self.lam, self.kdiag, self.mode = lam, kdiag, mode
         self.embedding_bytes, self.chunk_size = embedding_bytes, chunk_size
         self.cache_opts = (kernel_cache, kernel_cache_bytes)
@@ -388,6 +402,7 @@ def run_bbkb(
     repeats: str = "union",
     resparsify: str = "auto",
     embedding_bytes: int = 2**31,
+    learn: bool | KernelLearning = False,
 ) -> BanditResult:
     r"""Run BBKB (or BKB) on a finite arm set for ``T`` steps (Alg. 1).
 
@@ -453,6 +468,17 @@ def run_bbkb(
             paths make the same choices up to rounding (see the tests).
         embedding_bytes: Memory budget of the incremental path's embeddings
             (``1.5 A m`` floats with the buffer's slack).
+        learn: Refit the kernel's trainable hyperparameters during the run
+            (:mod:`~botorch_sketch.bbkb.learning`): ``True`` for the default
+            :class:`~botorch_sketch.bbkb.learning.KernelLearning` schedule (first
+            fit after 10 observations, then whenever they grew by 25 %; exact
+            marginal likelihood of at most 1,000 observed arms with ``lam`` as the
+            noise variance; 30 warm-started L-BFGS-B iterations), or a
+            ``KernelLearning``. After a refit the state is rebuilt with the new
+            kernel and the dictionary is resampled with its variances; ``beta~``
+            keeps its running sum. ``False`` (default) keeps the kernel fixed, as
+            in the paper's experiments. The learned kernel is
+            :attr:`BanditResult.kernel`, the fits :attr:`BanditResult.kernel_fits`.
 
     Returns:
         A :class:`BanditResult`.
@@ -487,18 +513,26 @@ def run_bbkb(
         T, f_true, progress, desc=f"BBKB[{getattr(rule, '__name__', rule)}]"
     )
 
+    learner = _make_learner(learn, kernel, arms)
+
+    def keeper_for(k: Kernel | DenseKernel) -> _StateKeeper:
+        dense = as_dense_kernel(k, arms)
+        return _StateKeeper(
+            arms, dense, lam, dense.diag(arms), resparsify, embedding_bytes,
+            chunk_size, kernel_cache, kernel_cache_bytes,
+        )  # fmt: skip
+
+    keeper = keeper_for(kernel if learner is None else learner.module)
     init_idx, y0 = _initial_batch(rec, arms, oracle, init, init_rewards, g)
-    kernel = as_dense_kernel(kernel, arms)
-    kdiag = kernel.diag(arms)
-    keeper = _StateKeeper(
-        arms, kernel, lam, kdiag, resparsify, embedding_bytes,
-        chunk_size, kernel_cache, kernel_cache_bytes,
-    )  # fmt: skip
     init_idx, y0 = init_idx.to(device), y0.to(device=device, dtype=arms.dtype)
     counts = torch.zeros(A, dtype=arms.dtype, device=device).index_add_(
         0, init_idx, torch.ones_like(y0)
     )
     sums = torch.zeros(A, dtype=arms.dtype, device=device).index_add_(0, init_idx, y0)
+    if learner is not None and learner.due(rec.t):
+        learner.fit(arms, counts, sums, lam, g)
+        keeper = keeper_for(learner.module)
+    kernel = keeper.kernel
     uniq = torch.unique(init_idx)
     if isinstance(init_dictionary, str):
         if init_dictionary == "all":
@@ -540,6 +574,12 @@ def run_bbkb(
         sums.index_add_(0, idx, y)
         if rec.t >= T:
             break
+        if learner is not None and learner.due(rec.t):
+            learner.fit(arms, counts, sums, lam, g)
+            keeper = keeper_for(learner.module)
+            # The embedding changes with the kernel: rebuild, then resample the
+            # dictionary below with the new kernel's variances.
+            state = keeper(state.S_idx, counts, sums)
         pulled = (counts > 0).nonzero().squeeze(-1)
         draw = linalg.sample_dictionary(
             state.s2_0[pulled], q_bar, counts[pulled], g, repeats=repeats
@@ -547,7 +587,23 @@ def run_bbkb(
         if draw.fallback:
             logger.info("empty dictionary draw at t=%d; kept the argmax point.", rec.t)
         state = keeper(pulled[draw.selected], counts, sums)
-    return rec.result(final_state=state)
+    return rec.result(
+        final_state=state,
+        kernel=keeper.kernel.module,
+        kernel_fits=[] if learner is None else learner.history,
+    )
+
+
+def _make_learner(
+    learn: bool | KernelLearning, kernel: Kernel, arms: Tensor
+) -> KernelLearner | None:
+    if learn is False or learn is None:
+        return None
+    if learn is True:
+        learn = KernelLearning()
+    if not isinstance(learn, KernelLearning):
+        raise ValueError(f"learn must be a bool or a KernelLearning, got {learn!r}.")
+    return KernelLearner(kernel, learn, dtype=arms.dtype, device=arms.device)
 
 
 def run_gp_bucb(
