@@ -65,8 +65,8 @@ from torch import Tensor
 
 from botorch_sketch.bbkb import (
     BanditResult,
+    fixed_rbf_kernel,
     noisy_oracle,
-    rbf_kernel,
     run_bbkb,
     run_gp_bucb,
     run_gp_ucb,
@@ -198,7 +198,7 @@ def run_method(
     oracle = noisy_oracle(f, NOISE_STD, torch.Generator().manual_seed(1000 + seed))
     if method == "uniform":
         return run_uniform(arms.shape[0], oracle, T, f_true=f, seed=seed)
-    kernel, kdiag = rbf_kernel(lengthscale)
+    kernel = fixed_rbf_kernel(lengthscale)
     beta = parse_beta(args.beta)
     common = dict(xi=NOISE_STD, delta=1.0 / T, F=1.0, f_true=f, seed=seed)
     common["progress"] = args.progress
@@ -208,7 +208,6 @@ def run_method(
             oracle,
             T,
             kernel,
-            kdiag,
             args.lam,
             C=args.C,
             q_bar=args.q_bar,
@@ -219,7 +218,7 @@ def run_method(
     exact_beta = beta if isinstance(beta, float) else "paper"
     if method == "gp_ucb":
         return run_gp_ucb(
-            arms, oracle, T, kernel, kdiag, args.lam, exact_beta, **common
+            arms, oracle, T, kernel, args.lam, exact_beta, **common
         )
     if method == "gp_bucb":
         return run_gp_bucb(
@@ -227,7 +226,6 @@ def run_method(
             oracle,
             T,
             kernel,
-            kdiag,
             args.lam,
             C=args.C,
             beta=exact_beta,

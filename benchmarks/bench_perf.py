@@ -62,8 +62,8 @@ import torch
 
 from botorch_sketch.bbkb import (
     BanditResult,
+    fixed_rbf_kernel,
     noisy_oracle,
-    rbf_kernel,
     run_bbkb,
     run_gp_bucb,
     uniform_regret,
@@ -189,12 +189,12 @@ def bbkb_row(
 ) -> tuple[dict[str, Any], BanditResult]:
     """One BBKB/BKB run on Cadata with its timings and flop floor."""
     X, f = cadata(scaling)
-    kernel, kdiag = rbf_kernel(LENGTHSCALE)
+    kernel = fixed_rbf_kernel(LENGTHSCALE)
     oracle = noisy_oracle(f, NOISE_STD, torch.Generator().manual_seed(1000 + seed))
 
     def go() -> BanditResult:
         return run_bbkb(
-            X, oracle, T, kernel, kdiag, LAM, C=C, q_bar=Q_BAR, rule=rule,
+            X, oracle, T, kernel, LAM, C=C, q_bar=Q_BAR, rule=rule,
             f_true=f, seed=seed, progress=False,
         )  # fmt: skip
 
@@ -231,11 +231,11 @@ def _short(row: dict[str, Any]) -> str:
 def gp_bucb_row(scaling: str, T: int) -> tuple[dict[str, Any], BanditResult]:
     """Exact GP-BUCB (product rule, rank-one Cholesky rows, ``O(t A)`` per step)."""
     X, f = cadata(scaling)
-    kernel, kdiag = rbf_kernel(LENGTHSCALE)
+    kernel = fixed_rbf_kernel(LENGTHSCALE)
     oracle = noisy_oracle(f, NOISE_STD, torch.Generator().manual_seed(1000))
     res, t = timed(
         lambda: run_gp_bucb(
-            X, oracle, T, kernel, kdiag, LAM, C=C, f_true=f, seed=0, progress=False
+            X, oracle, T, kernel, LAM, C=C, f_true=f, seed=0, progress=False
         )
     )
     A = X.shape[0]
@@ -261,7 +261,6 @@ def botorch_row(scaling: str, seconds: float, q: int = 8) -> dict[str, Any]:
     from botorch.acquisition import qUpperConfidenceBound
     from botorch.models import SingleTaskGP
     from botorch.optim import optimize_acqf_discrete
-    from gpytorch.kernels import RBFKernel
     from gpytorch.means import ZeroMean
 
     X, f = cadata(scaling)
@@ -274,8 +273,7 @@ def botorch_row(scaling: str, seconds: float, q: int = 8) -> dict[str, Any]:
     step_times = []
     while time.perf_counter() - t0 < seconds:
         ts = time.perf_counter()
-        covar = RBFKernel()
-        covar.lengthscale = LENGTHSCALE
+        covar = fixed_rbf_kernel(LENGTHSCALE)
         model = SingleTaskGP(
             X[torch.tensor(arms)],
             Y.unsqueeze(-1),

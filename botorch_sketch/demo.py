@@ -36,7 +36,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from botorch_sketch.bbkb import noisy_oracle, rbf_kernel, run_bbkb
+from botorch_sketch.bbkb import fixed_rbf_kernel, noisy_oracle, run_bbkb
 from botorch_sketch.datasets import find_data_dir, load_cadata, rescale_target
 
 logger = logging.getLogger("botorch_sketch.demo")
@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     else:
         arms, f = synthetic_problem(seed=args.seed)
         lengthscale = 1.0
-    kernel, kdiag = rbf_kernel(lengthscale)
+    kernel = fixed_rbf_kernel(lengthscale)
     oracle = noisy_oracle(f, NOISE_STD, torch.Generator().manual_seed(1000 + args.seed))
     start = time.perf_counter()
     res = run_bbkb(
@@ -150,7 +150,6 @@ def main(argv: Sequence[str] | None = None) -> dict:
         oracle,
         args.T,
         kernel,
-        kdiag,
         LAM,
         C=C,
         q_bar=Q_BAR,

@@ -13,12 +13,20 @@ GP-UCB / GP-BUCB and uniform baselines. One concept per module:
 - :mod:`~botorch_sketch.bbkb.selection`: exact UCB batch selection (pooled
   eager downdates or the paper's lazy rule);
 - :mod:`~botorch_sketch.bbkb.exact`: incremental exact GP posterior;
+- :mod:`~botorch_sketch.bbkb.learning`: kernel hyperparameters refitted on a
+  schedule during a run (``run_bbkb(..., learn=True)``);
 - :mod:`~botorch_sketch.bbkb.loop`: the bandit loops;
-- :mod:`~botorch_sketch.bbkb.kernels`: kernel callables.
+- :mod:`~botorch_sketch.bbkb.dense_kernel`: the prior covariance, any gpytorch
+  kernel, evaluated in dense blocks (and the paper's frozen Gaussian kernel).
 """
 
+from botorch_sketch.bbkb.dense_kernel import (
+    DenseKernel,
+    as_dense_kernel,
+    fixed_rbf_kernel,
+)
 from botorch_sketch.bbkb.exact import ExactPosterior
-from botorch_sketch.bbkb.kernels import rbf_kernel
+from botorch_sketch.bbkb.learning import KernelFit, KernelLearning
 from botorch_sketch.bbkb.loop import (
     BanditResult,
     noisy_oracle,
@@ -65,10 +73,13 @@ __all__ = [
     "BanditResult",
     "BatchState",
     "BetaSchedule",
+    "DenseKernel",
     "ExactPosterior",
     "FixedSchedule",
     "GlobalLocalRule",
     "IncrementalState",
+    "KernelFit",
+    "KernelLearning",
     "GlobalRule",
     "LazyUCBSelector",
     "LocalRule",
@@ -80,12 +91,13 @@ __all__ = [
     "StepRecord",
     "StoppingRule",
     "alpha_from_botorch_beta",
+    "as_dense_kernel",
     "botorch_beta",
     "embed_arms",
+    "fixed_rbf_kernel",
     "make_rule",
     "make_schedule",
     "noisy_oracle",
-    "rbf_kernel",
     "rebuild",
     "run_bbkb",
     "run_botorch_fixed_q",

@@ -23,9 +23,10 @@ from __future__ import annotations
 import math
 
 import torch
+from gpytorch.kernels import Kernel
 from torch import Tensor
 
-from botorch_sketch.bbkb.kernels import KernelDiagFn, KernelFn
+from botorch_sketch.bbkb.dense_kernel import DenseKernel, as_dense_kernel
 
 __all__ = ["ExactPosterior"]
 
@@ -35,8 +36,8 @@ class ExactPosterior:
 
     Args:
         arms: ``A x d`` candidate set.
-        kernel: Dense kernel callable.
-        kernel_diag: Kernel diagonal callable.
+        kernel: The prior covariance, a gpytorch kernel or a
+            :class:`~botorch_sketch.bbkb.dense_kernel.DenseKernel`.
         lam: Ridge ``lam > 0`` (the noise variance for the Bayesian reading).
         capacity: Initial number of rows reserved (grown on demand).
     """
@@ -44,8 +45,7 @@ class ExactPosterior:
     def __init__(
         self,
         arms: Tensor,
-        kernel: KernelFn,
-        kernel_diag: KernelDiagFn,
+        kernel: Kernel | DenseKernel,
         lam: float,
         capacity: int = 256,
     ) -> None:
@@ -55,8 +55,9 @@ class ExactPosterior:
             )
         if not lam > 0:
             raise ValueError(f"lam must be positive, got {lam}.")
-        self.arms, self.kernel, self.lam = arms, kernel, float(lam)
-        self.kdiag = kernel_diag(arms)
+        self.arms, self.lam = arms, float(lam)
+        self.kernel = as_dense_kernel(kernel, arms)
+        self.kdiag = self.kernel.diag(arms)
         A = arms.shape[0]
         self._W = arms.new_zeros(capacity, A)
         self._L = arms.new_zeros(capacity, capacity)

@@ -27,14 +27,16 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+from gpytorch.kernels import Kernel
 from torch import Tensor
 
 from botorch_sketch import linalg
+from botorch_sketch.bbkb.dense_kernel import DenseKernel, as_dense_kernel
 from botorch_sketch.bbkb.exact import ExactPosterior
-from botorch_sketch.bbkb.kernels import KernelDiagFn, KernelFn
+from botorch_sketch.bbkb.learning import KernelFit, KernelLearner, KernelLearning
 from botorch_sketch.bbkb.schedules import BetaSchedule, make_schedule
 from botorch_sketch.bbkb.selection import (
     DEFAULT_POOL_SIZE,
@@ -88,6 +90,9 @@ class BanditResult:
         batch_ranks: ``B`` embedding dimensions ``r`` used to select each batch
             (BBKB only; 0 for batch 0), e.g. to count the flops of the
             resparsifications (``~ 2 A m r`` each).
+        kernel: The kernel of :attr:`final_state` (BBKB only): with learning, the
+            learned kernel (a trainable copy; the caller's module is unchanged).
+        kernel_fits: The refits of a run with learning, in order.
     """
 
     arms: Tensor
@@ -102,6 +107,8 @@ class BanditResult:
     total_time: float
     final_state: BatchState | None = None
     batch_ranks: Tensor | None = None
+    kernel: Kernel | None = None
+    kernel_fits: list[KernelFit] = field(default_factory=list)
 
     @property
     def num_batches(self) -> int:
@@ -197,7 +204,12 @@ class _Recorder:
             self.pbar.update(n)
             self.pbar.set_postfix(batch=n, m=dict_size, refresh=False)
 
-    def result(self, final_state: BatchState | None = None) -> BanditResult:
+    def result(
+        self,
+        final_state: BatchState | None = None,
+        kernel: Kernel | None = None,
+        kernel_fits: list[KernelFit] | None = None,
+    ) -> BanditResult:
         total = self.now()
         if self.pbar is not None:
             self.pbar.close()
@@ -220,6 +232,8 @@ class _Recorder:
             total_time=total,
             final_state=final_state,
             batch_ranks=torch.tensor(self.ranks, dtype=torch.long),
+            kernel=kernel,
+            kernel_fits=list(kernel_fits or []),
         )
 
 
@@ -312,8 +326,7 @@ class _StateKeeper:
     def __init__(
         self,
         arms: Tensor,
-        kernel: KernelFn,
-        kernel_diag: KernelDiagFn,
+        kernel: DenseKernel,
         lam: float,
         kdiag: Tensor,
         mode: str,
@@ -322,7 +335,8 @@ class _StateKeeper:
         kernel_cache: bool,
         kernel_cache_bytes: int,
     ) -> None:
-        self.args = (arms, kernel, kernel_diag)
+        self.args = (arms, kernel)
+        self.kernel = kernel
         self.lam, self.kdiag, self.mode = lam, kdiag, mode
         self.embedding_bytes, self.chunk_size = embedding_bytes, chunk_size
         self.cache_opts = (kernel_cache, kernel_cache_bytes)
@@ -360,8 +374,7 @@ def run_bbkb(
     arms: Tensor,
     oracle: Oracle,
     T: int,
-    kernel: KernelFn,
-    kernel_diag: KernelDiagFn,
+    kernel: Kernel,
     lam: float,
     C: float = 2.0,
     q_bar: float = 2.0,
@@ -389,6 +402,7 @@ def run_bbkb(
     repeats: str = "union",
     resparsify: str = "auto",
     embedding_bytes: int = 2**31,
+    learn: bool | KernelLearning = False,
 ) -> BanditResult:
     r"""Run BBKB (or BKB) on a finite arm set for ``T`` steps (Alg. 1).
 
@@ -397,8 +411,12 @@ def run_bbkb(
         oracle: ``idx -> rewards``, noisy feedback for a LongTensor of arm indices
             (e.g. :func:`noisy_oracle`).
         T: Horizon (number of evaluations, initial ones included).
-        kernel: Dense kernel ``k(X1, X2)``.
-        kernel_diag: Kernel diagonal ``k(X, X)``.
+        kernel: The prior covariance, any ``gpytorch.kernels.Kernel`` without batch
+            dimensions (e.g. :func:`~botorch_sketch.bbkb.dense_kernel.
+            fixed_rbf_kernel` for the paper's Gaussian kernel, a Matern/ARD
+            ``ScaleKernel``, or a fitted model's ``covar_module``). It is evaluated
+            through a frozen copy in ``dtype`` on the device of ``arms``
+            (:class:`~botorch_sketch.bbkb.dense_kernel.DenseKernel`).
         lam: Ridge ``lam`` (the paper's experiments suggest ``lam = xi^2``).
         C: Batch threshold ``C~ >= 1`` (default 2, BBKB spec Sec. 5.4).
         q_bar: Oversampling factor of the dictionary resampling.
@@ -450,6 +468,17 @@ def run_bbkb(
             paths make the same choices up to rounding (see the tests).
         embedding_bytes: Memory budget of the incremental path's embeddings
             (``1.5 A m`` floats with the buffer's slack).
+        learn: Refit the kernel's trainable hyperparameters during the run
+            (:mod:`~botorch_sketch.bbkb.learning`): ``True`` for the default
+            :class:`~botorch_sketch.bbkb.learning.KernelLearning` schedule (first
+            fit after 10 observations, then whenever they grew by 25 %; exact
+            marginal likelihood of at most 1,000 observed arms with ``lam`` as the
+            noise variance; 30 warm-started L-BFGS-B iterations), or a
+            ``KernelLearning``. After a refit the state is rebuilt with the new
+            kernel and the dictionary is resampled with its variances; ``beta~``
+            keeps its running sum. ``False`` (default) keeps the kernel fixed, as
+            in the paper's experiments. The learned kernel is
+            :attr:`BanditResult.kernel`, the fits :attr:`BanditResult.kernel_fits`.
 
     Returns:
         A :class:`BanditResult`.
@@ -484,24 +513,33 @@ def run_bbkb(
         T, f_true, progress, desc=f"BBKB[{getattr(rule, '__name__', rule)}]"
     )
 
+    learner = _make_learner(learn, kernel, arms)
+
+    def keeper_for(k: Kernel | DenseKernel) -> _StateKeeper:
+        dense = as_dense_kernel(k, arms)
+        return _StateKeeper(
+            arms, dense, lam, dense.diag(arms), resparsify, embedding_bytes,
+            chunk_size, kernel_cache, kernel_cache_bytes,
+        )  # fmt: skip
+
+    keeper = keeper_for(kernel if learner is None else learner.module)
     init_idx, y0 = _initial_batch(rec, arms, oracle, init, init_rewards, g)
-    kdiag = kernel_diag(arms)
-    keeper = _StateKeeper(
-        arms, kernel, kernel_diag, lam, kdiag, resparsify, embedding_bytes,
-        chunk_size, kernel_cache, kernel_cache_bytes,
-    )  # fmt: skip
     init_idx, y0 = init_idx.to(device), y0.to(device=device, dtype=arms.dtype)
     counts = torch.zeros(A, dtype=arms.dtype, device=device).index_add_(
         0, init_idx, torch.ones_like(y0)
     )
     sums = torch.zeros(A, dtype=arms.dtype, device=device).index_add_(0, init_idx, y0)
+    if learner is not None and learner.due(rec.t):
+        learner.fit(arms, counts, sums, lam, g)
+        keeper = keeper_for(learner.module)
+    kernel = keeper.kernel
     uniq = torch.unique(init_idx)
     if isinstance(init_dictionary, str):
         if init_dictionary == "all":
             S = uniq
         elif init_dictionary == "bless":
             S = uniq[
-                linalg.bless_dictionary(arms[uniq], kernel, kernel_diag, lam, q_bar, g)
+                linalg.bless_dictionary(arms[uniq], kernel, kernel.diag, lam, q_bar, g)
             ]
         else:
             raise ValueError(f"unknown init_dictionary {init_dictionary!r}.")
@@ -536,6 +574,12 @@ def run_bbkb(
         sums.index_add_(0, idx, y)
         if rec.t >= T:
             break
+        if learner is not None and learner.due(rec.t):
+            learner.fit(arms, counts, sums, lam, g)
+            keeper = keeper_for(learner.module)
+            # The embedding changes with the kernel: rebuild, then resample the
+            # dictionary below with the new kernel's variances.
+            state = keeper(state.S_idx, counts, sums)
         pulled = (counts > 0).nonzero().squeeze(-1)
         draw = linalg.sample_dictionary(
             state.s2_0[pulled], q_bar, counts[pulled], g, repeats=repeats
@@ -543,15 +587,30 @@ def run_bbkb(
         if draw.fallback:
             logger.info("empty dictionary draw at t=%d; kept the argmax point.", rec.t)
         state = keeper(pulled[draw.selected], counts, sums)
-    return rec.result(final_state=state)
+    return rec.result(
+        final_state=state,
+        kernel=keeper.kernel.module,
+        kernel_fits=[] if learner is None else learner.history,
+    )
+
+
+def _make_learner(
+    learn: bool | KernelLearning, kernel: Kernel, arms: Tensor
+) -> KernelLearner | None:
+    if learn is False or learn is None:
+        return None
+    if learn is True:
+        learn = KernelLearning()
+    if not isinstance(learn, KernelLearning):
+        raise ValueError(f"learn must be a bool or a KernelLearning, got {learn!r}.")
+    return KernelLearner(kernel, learn, dtype=arms.dtype, device=arms.device)
 
 
 def run_gp_bucb(
     arms: Tensor,
     oracle: Oracle,
     T: int,
-    kernel: KernelFn,
-    kernel_diag: KernelDiagFn,
+    kernel: Kernel,
     lam: float,
     C: float = 2.0,
     beta: str | float = "paper",
@@ -597,7 +656,7 @@ def run_gp_bucb(
         raise ValueError(f"delta must lie in (0, 1), got {delta}.")
     rec = _Recorder(T, f_true, progress, desc="GP-BUCB" if C > 1 else "GP-UCB")
     init_idx, y0 = _initial_batch(rec, arms, oracle, init, init_rewards, g)
-    post = ExactPosterior(arms, kernel, kernel_diag, lam, capacity=max(256, T))
+    post = ExactPosterior(arms, kernel, lam, capacity=max(256, T))
     for a in init_idx.tolist():
         post.add(a)
     post.observe(y0)
@@ -650,16 +709,13 @@ def run_gp_ucb(
     arms: Tensor,
     oracle: Oracle,
     T: int,
-    kernel: KernelFn,
-    kernel_diag: KernelDiagFn,
+    kernel: Kernel,
     lam: float,
     beta: str | float = "paper",
     **kwargs,
 ) -> BanditResult:
     r"""Exact sequential GP-UCB (Srinivas et al. 2010): ``run_gp_bucb``, ``C = 1``."""
-    return run_gp_bucb(
-        arms, oracle, T, kernel, kernel_diag, lam, C=1.0, beta=beta, **kwargs
-    )
+    return run_gp_bucb(arms, oracle, T, kernel, lam, C=1.0, beta=beta, **kwargs)
 
 
 def run_uniform(
@@ -688,7 +744,7 @@ def run_botorch_fixed_q(
     oracle: Oracle,
     T: int,
     q: int,
-    lengthscale: float,
+    kernel: Kernel,
     lam: float,
     beta: float = 4.0,
     *,
@@ -704,9 +760,9 @@ def run_botorch_fixed_q(
     BBKB's comparison with "what a BoTorch user would run").
 
     Each batch fits nothing: a ``SingleTaskGP`` with the same fixed kernel as the
-    other loops (gpytorch ``RBFKernel`` with ``lengthscale``, unit outputscale, zero
-    mean, fixed noise ``lam``, no outcome transform) is built on all evaluations so
-    far, and ``optimize_acqf_discrete`` picks ``q`` distinct arms greedily with
+    other loops (a frozen copy of ``kernel``, zero mean, fixed noise ``lam``, no
+    outcome transform) is built on all evaluations so far, and
+    ``optimize_acqf_discrete`` picks ``q`` distinct arms greedily with
     ``qUpperConfidenceBound(beta)`` (BoTorch units: ``mu + sqrt(beta pi / 2)
     E|f - mu|``, i.e. ``mu + sqrt(beta) sigma`` for ``q = 1``). Cost per batch: an
     exact GP solve on ``t`` points plus ``q`` passes of an MC acquisition over all
@@ -717,7 +773,7 @@ def run_botorch_fixed_q(
         oracle: ``idx -> rewards`` (e.g. :func:`noisy_oracle`).
         T: Horizon (number of evaluations, initial ones included).
         q: Fixed batch size ``>= 1``.
-        lengthscale: RBF lengthscale (``k = exp(-||x - x'||^2 / (2 l^2))``).
+        kernel: The prior covariance (a gpytorch kernel, as in :func:`run_bbkb`).
         lam: Noise variance of the GP (as ``lam`` in the other loops).
         beta: ``qUpperConfidenceBound``'s ``beta``.
         init: Indices of initial arms (default: one uniformly random arm).
@@ -735,13 +791,10 @@ def run_botorch_fixed_q(
     from botorch.models import SingleTaskGP
     from botorch.optim import optimize_acqf_discrete
     from botorch.sampling import SobolQMCNormalSampler
-    from gpytorch.kernels import RBFKernel
     from gpytorch.means import ZeroMean
 
     if isinstance(q, bool) or not isinstance(q, int) or q < 1:
         raise ValueError(f"q must be a positive int, got {q!r}.")
-    if not (math.isfinite(lengthscale) and lengthscale > 0):
-        raise ValueError(f"lengthscale must be positive, got {lengthscale}.")
     if not (math.isfinite(lam) and lam > 0):
         raise ValueError(f"lam must be positive, got {lam}.")
     if arms.dim() != 2 or arms.shape[0] == 0:
@@ -760,14 +813,13 @@ def run_botorch_fixed_q(
     Y = init_rewards if init_rewards is not None else rec.evaluate(oracle, init)
     rec.end_batch(Y.to(torch.float64), math.nan, 0)
     pulled = init.clone()
+    covar = as_dense_kernel(kernel, arms)
     while rec.t < T:
-        covar = RBFKernel().to(arms)
-        covar.lengthscale = lengthscale
         model = SingleTaskGP(
             arms[pulled],
             torch.tensor(rec.rewards, dtype=torch.float64).unsqueeze(-1),
             train_Yvar=torch.full((pulled.numel(), 1), lam, dtype=torch.float64),
-            covar_module=covar,
+            covar_module=covar.module,
             mean_module=ZeroMean(),
             outcome_transform=None,
         )
@@ -791,8 +843,7 @@ def run_botorch_fixed_q(
 
 def uncertainty_sampling_init(
     arms: Tensor,
-    kernel: KernelFn,
-    kernel_diag: KernelDiagFn,
+    kernel: Kernel,
     lam: float,
     P: float,
     max_points: int = 1000,
@@ -808,8 +859,7 @@ def uncertainty_sampling_init(
 
     Args:
         arms: ``A x d`` candidate set.
-        kernel: Dense kernel callable.
-        kernel_diag: Kernel diagonal callable.
+        kernel: The prior covariance (a gpytorch kernel, as in :func:`run_bbkb`).
         lam: Ridge (variances in RLS units ``sigma^2 = var / lam``).
         P: Target minimum parallelism ``> 0``.
         max_points: Cap on ``T_init``.
@@ -822,9 +872,7 @@ def uncertainty_sampling_init(
     if max_points < 1:
         raise ValueError(f"max_points must be >= 1, got {max_points}.")
     arms = _validate(arms, max_points, lam, None, None)
-    post = ExactPosterior(
-        arms, kernel, kernel_diag, lam, capacity=min(max_points, 1024)
-    )
+    post = ExactPosterior(arms, kernel, lam, capacity=min(max_points, 1024))
     chosen: list[int] = []
     while True:
         var = post.variance()

@@ -32,9 +32,10 @@ import math
 from abc import ABC, abstractmethod
 
 import torch
+from gpytorch.kernels import Kernel
 from torch import Tensor
 
-from botorch_sketch.bbkb.kernels import KernelFn
+from botorch_sketch.bbkb.dense_kernel import DenseKernel, as_dense_kernel
 from botorch_sketch.bbkb.state import BatchState
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ def alpha_from_botorch_beta(beta: float, lam: float) -> float:
     return math.sqrt(beta * lam)
 
 
-def exact_logdet(X: Tensor, kernel: KernelFn, lam: float) -> float:
+def exact_logdet(X: Tensor, kernel: Kernel | DenseKernel, lam: float) -> float:
     r"""``logdet(I + K_X / lam)`` by a Cholesky factorisation, ``O(n^3)``.
 
     ``= sum_s log(1 + sigma^2_{s-1}(x_s))`` (exact GP, Schur complements), the
@@ -72,7 +73,7 @@ def exact_logdet(X: Tensor, kernel: KernelFn, lam: float) -> float:
     """
     if X.shape[0] == 0:
         return 0.0
-    K = kernel(X, X)
+    K = as_dense_kernel(kernel, X)(X, X)
     M = 0.5 * (K + K.mT) / lam + torch.eye(X.shape[0], dtype=X.dtype, device=X.device)
     return float(2.0 * torch.linalg.cholesky(M).diagonal().log().sum())
 

@@ -43,10 +43,11 @@ import logging
 from dataclasses import dataclass, field
 
 import torch
+from gpytorch.kernels import Kernel
 from torch import Tensor
 
 from botorch_sketch import linalg
-from botorch_sketch.bbkb.kernels import KernelDiagFn, KernelFn
+from botorch_sketch.bbkb.dense_kernel import DenseKernel, as_dense_kernel
 from botorch_sketch.incremental_nystrom import IncrementalNystrom
 
 logger = logging.getLogger(__name__)
@@ -89,8 +90,9 @@ class BatchState:
 
     Attributes (set by the subclasses):
         arms: ``A x d`` candidate set.
-        kernel: ``k(X1, X2)`` returning a dense ``n1 x n2`` tensor.
-        kernel_diag: ``k(X, X)`` diagonal, an ``n`` tensor.
+        kernel: The prior covariance as a :class:`~botorch_sketch.bbkb.dense_kernel.
+            DenseKernel` (``kernel(X1, X2)`` an ``n1 x n2`` tensor,
+            ``kernel.diag(X)`` an ``n`` tensor).
         lam: Ridge ``lam > 0``.
         S_idx: ``m`` sorted, unique arm indices of the dictionary ``S``.
         kdiag: ``A`` prior variances ``k(a, a)``.
@@ -102,8 +104,7 @@ class BatchState:
     """
 
     arms: Tensor
-    kernel: KernelFn
-    kernel_diag: KernelDiagFn
+    kernel: DenseKernel
     lam: float
     S_idx: Tensor
     kdiag: Tensor
@@ -233,8 +234,7 @@ class RebuiltState(BatchState):
     """
 
     arms: Tensor
-    kernel: KernelFn
-    kernel_diag: KernelDiagFn
+    kernel: DenseKernel
     lam: float
     S_idx: Tensor
     W: Tensor
@@ -361,12 +361,15 @@ class KernelColumnCache:
 
     Args:
         arms: ``A x d`` candidate set.
-        kernel: Dense kernel callable.
+        kernel: A gpytorch kernel (or its :class:`DenseKernel`).
         max_bytes: Memory cap of the cached block.
     """
 
-    def __init__(self, arms: Tensor, kernel: KernelFn, max_bytes: int = 2**30) -> None:
-        self.arms, self.kernel, self.max_bytes = arms, kernel, max_bytes
+    def __init__(
+        self, arms: Tensor, kernel: Kernel | DenseKernel, max_bytes: int = 2**30
+    ) -> None:
+        self.arms, self.max_bytes = arms, max_bytes
+        self.kernel = as_dense_kernel(kernel, arms)
         self._ids = torch.empty(0, dtype=torch.long, device=arms.device)
         self._K_T = arms.new_empty(0, arms.shape[0])  # m x A, one row per column
 
@@ -393,9 +396,22 @@ class KernelColumnCache:
         return K_T
 
 
+def _cached_kernel(
+    kernel: Kernel | DenseKernel, arms: Tensor, cache: KernelColumnCache | None
+) -> DenseKernel:
+    """``kernel`` as a :class:`DenseKernel`; with a cache, it must be the cache's."""
+    dense = as_dense_kernel(kernel, arms)
+    if cache is not None and dense is not cache.kernel:
+        raise ValueError(
+            "the kernel-column cache holds columns of another kernel: pass "
+            "cache.kernel as the kernel."
+        )
+    return dense
+
+
 def embed_arms(
     arms: Tensor,
-    kernel: KernelFn,
+    kernel: Kernel | DenseKernel,
     S_idx: Tensor,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     cache: KernelColumnCache | None = None,
@@ -408,7 +424,8 @@ def embed_arms(
 
     Args:
         arms: ``A x d`` candidate set.
-        kernel: Dense kernel callable.
+        kernel: A gpytorch kernel or a :class:`DenseKernel` (``cache.kernel``
+            when a cache is given).
         S_idx: ``m`` dictionary indices into ``arms`` (``m = 0`` allowed).
         chunk_size: Rows embedded at once.
         cache: Optional :class:`KernelColumnCache` (``S_idx`` sorted, unique).
@@ -416,6 +433,7 @@ def embed_arms(
     Returns:
         ``(W, Z)`` of shapes ``m x r`` and ``A x r``.
     """
+    kernel = _cached_kernel(kernel, arms, cache)
     X_S = arms[S_idx]
     K_SA = cache.columns(S_idx) if cache is not None else None
     K_S = kernel(X_S, X_S) if K_SA is None else K_SA[:, S_idx]
@@ -432,8 +450,7 @@ def embed_arms(
 
 def rebuild(
     arms: Tensor,
-    kernel: KernelFn,
-    kernel_diag: KernelDiagFn,
+    kernel: Kernel | DenseKernel,
     S_idx: Tensor,
     counts: Tensor,
     reward_sums: Tensor,
@@ -471,23 +488,26 @@ def rebuild(
     Args:
         arms: ``A x d`` candidate set (float64 recommended, see
             :func:`~botorch_sketch.bbkb.loop.run_bbkb`'s ``dtype``).
-        kernel: Dense kernel callable ``k(X1, X2)``.
-        kernel_diag: Kernel diagonal callable.
+        kernel: The prior covariance, a gpytorch kernel (any kernel without batch
+            dimensions; evaluated through a frozen :class:`DenseKernel` copy in the
+            dtype and device of ``arms``) or a :class:`DenseKernel`.
         S_idx: Dictionary arm indices (deduplicated and sorted here).
         counts: ``A`` pull counts (non-negative).
         reward_sums: ``A`` sums of observed rewards per arm.
         lam: Ridge ``lam > 0``.
-        kdiag: Optional cached ``kernel_diag(arms)``.
+        kdiag: Optional cached ``kernel.diag(arms)``.
         chunk_size: Rows processed at once.
-        cache: Optional :class:`KernelColumnCache` reused across rebuilds.
+        cache: Optional :class:`KernelColumnCache` reused across rebuilds (then
+            ``kernel`` must be ``cache.kernel``).
 
     Returns:
         The :class:`RebuiltState`.
     """
     S_idx = _validate_state_inputs(arms, S_idx, counts, reward_sums, lam)
     A = arms.shape[0]
+    kernel = _cached_kernel(kernel, arms, cache)
     if kdiag is None:
-        kdiag = kernel_diag(arms)
+        kdiag = kernel.diag(arms)
     K_SA = cache.columns(S_idx) if cache is not None else None
     X_S = arms[S_idx]
     K_S = kernel(X_S, X_S) if K_SA is None else K_SA[:, S_idx]
@@ -498,7 +518,6 @@ def rebuild(
     state = RebuiltState(
         arms=arms,
         kernel=kernel,
-        kernel_diag=kernel_diag,
         lam=float(lam),
         S_idx=S_idx,
         W=W,
@@ -720,13 +739,12 @@ class IncrementalState(BatchState):
 
     Args:
         arms: ``A x d`` candidate set.
-        kernel: Dense kernel callable.
-        kernel_diag: Kernel diagonal callable.
+        kernel: A gpytorch kernel (see :func:`rebuild`) or a :class:`DenseKernel`.
         S_idx: Initial dictionary indices.
         counts: ``A`` pull counts.
         reward_sums: ``A`` reward sums.
         lam: Ridge ``lam > 0``.
-        kdiag: Optional cached ``kernel_diag(arms)``.
+        kdiag: Optional cached ``kernel.diag(arms)``.
         chunk_size: Columns processed at once by full sweeps.
         rtol: Rank rule of the embedding (default
             :data:`~botorch_sketch.incremental_nystrom.DEFAULT_RTOL` in float64).
@@ -742,8 +760,7 @@ class IncrementalState(BatchState):
     def __init__(
         self,
         arms: Tensor,
-        kernel: KernelFn,
-        kernel_diag: KernelDiagFn,
+        kernel: Kernel | DenseKernel,
         S_idx: Tensor,
         counts: Tensor,
         reward_sums: Tensor,
@@ -758,16 +775,20 @@ class IncrementalState(BatchState):
         refresh_fraction: float = 0.5,
     ) -> None:
         S_idx = _validate_state_inputs(arms, S_idx, counts, reward_sums, lam)
-        self.arms, self.kernel, self.kernel_diag = arms, kernel, kernel_diag
+        self.arms, self.kernel = arms, as_dense_kernel(kernel, arms)
         self.lam, self.chunk_size = float(lam), int(chunk_size)
-        self.kdiag = kernel_diag(arms) if kdiag is None else kdiag
+        self.kdiag = self.kernel.diag(arms) if kdiag is None else kdiag
         eps = torch.finfo(arms.dtype).eps
         self.check_rtol = max(1e-7, 1e4 * eps) if check_rtol is None else check_rtol
         self.drift_tol = 1e5 * eps if drift_tol is None else drift_tol
         self.reorthonormalize_every = reorthonormalize_every
         self.refresh_fraction = float(refresh_fraction)
         self.emb = IncrementalNystrom(
-            arms, kernel, self.kdiag, rtol=rtol, capacity=max(64, 2 * S_idx.numel())
+            arms,
+            self.kernel,
+            self.kdiag,
+            rtol=rtol,
+            capacity=max(64, 2 * S_idx.numel()),
         )
         self.stats = {"incremental": 0, "refresh": 0, "reset": 0, "checks": 0}
         self._reset(S_idx, counts.to(arms), reward_sums.to(arms))

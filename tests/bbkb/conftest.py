@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from botorch_sketch.bbkb import rbf_kernel, rebuild
+from botorch_sketch.bbkb import fixed_rbf_kernel, rebuild
 
 DT = torch.float64
 
@@ -33,7 +33,7 @@ def make_state(
     """Random arms, random pulls (with repeats), a dictionary among pulled arms."""
     g = torch.Generator().manual_seed(seed)
     arms = torch.rand(A, d, generator=g, dtype=DT)
-    kernel, kernel_diag = rbf_kernel(ls)
+    kernel = fixed_rbf_kernel(ls)
     pulls = torch.randint(A, (n_pulled,), generator=g)
     counts = torch.zeros(A, dtype=DT).index_add_(
         0, pulls, torch.ones(n_pulled, dtype=DT)
@@ -46,5 +46,5 @@ def make_state(
         S = pulled
     else:
         S = pulled[torch.randperm(pulled.numel(), generator=g)[:m]]
-    state = rebuild(arms, kernel, kernel_diag, S, counts, sums, lam)
+    state = rebuild(arms, kernel, S, counts, sums, lam)
     return state, pulls, y

@@ -7,8 +7,8 @@ import torch
 
 from botorch_sketch.bbkb import (
     ExactPosterior,
+    fixed_rbf_kernel,
     noisy_oracle,
-    rbf_kernel,
     run_bbkb,
     run_botorch_fixed_q,
     run_gp_bucb,
@@ -29,11 +29,11 @@ def problem(A=300, d=2, seed=0):
 
 
 def run(X, f, T, **kw):
-    k, kd = rbf_kernel(kw.pop("ls", 0.2))
+    k = fixed_rbf_kernel(kw.pop("ls", 0.2))
     oracle = noisy_oracle(f, 0.01, torch.Generator().manual_seed(123))
     kw.setdefault("lam", 1e-2)
     kw.setdefault("xi", 0.01)
-    return run_bbkb(X, oracle, T, k, kd, f_true=f, progress=False, **kw)
+    return run_bbkb(X, oracle, T, k, f_true=f, progress=False, **kw)
 
 
 def test_seeded_runs_reproduce_exactly():
@@ -100,8 +100,8 @@ def test_huge_q_bar_matches_exact_gp_posterior():
     n_before = int(res.batch_sizes[:-1].sum())
     pulled = res.arms[:n_before]
     assert torch.equal(state.S_idx, pulled.unique())
-    k, kd = rbf_kernel(0.2)
-    post = ExactPosterior(X, k, kd, 1e-2)
+    k = fixed_rbf_kernel(0.2)
+    post = ExactPosterior(X, k, 1e-2)
     for a in pulled.tolist():
         post.add(a)
     post.observe(res.rewards[:n_before])
@@ -115,19 +115,17 @@ def test_huge_q_bar_matches_exact_gp_posterior():
 
 def test_exact_baselines():
     X, f = problem(A=150)
-    k, kd = rbf_kernel(0.2)
+    k = fixed_rbf_kernel(0.2)
     oracle = noisy_oracle(f, 0.01, torch.Generator().manual_seed(0))
-    ucb = run_gp_ucb(
-        X, oracle, 40, k, kd, 1e-2, xi=0.01, seed=0, f_true=f, progress=False
-    )
+    ucb = run_gp_ucb(X, oracle, 40, k, 1e-2, xi=0.01, seed=0, f_true=f, progress=False)
     assert (ucb.batch_sizes == 1).all()
     bucb = run_gp_bucb(
-        X, oracle, 80, k, kd, 1e-2, C=4.0, xi=0.01, seed=0, f_true=f, progress=False
+        X, oracle, 80, k, 1e-2, C=4.0, xi=0.01, seed=0, f_true=f, progress=False
     )
     assert bucb.batch_sizes.sum() == 80 and bucb.batch_sizes.max() > 1
     # Product rule: every proper prefix has prod(1 + sigma^2_{s-1}(x_s)) <= C.
     # Replay with an exact posterior to get the hallucinated variances.
-    post = ExactPosterior(X, k, kd, 1e-2)
+    post = ExactPosterior(X, k, 1e-2)
     start = 0
     for b, size in enumerate(bucb.batch_sizes.tolist()):
         idx = bucb.arms[start : start + size].tolist()
@@ -152,8 +150,16 @@ def test_botorch_fixed_q_baseline():
     def go(seed):
         oracle = noisy_oracle(f, 0.01, torch.Generator().manual_seed(5))
         return run_botorch_fixed_q(
-            X, oracle, 41, q=4, lengthscale=0.2, lam=1e-2, beta=0.5, f_true=f,
-            seed=seed, progress=False,
+            X,
+            oracle,
+            41,
+            q=4,
+            kernel=fixed_rbf_kernel(0.2),
+            lam=1e-2,
+            beta=0.5,
+            f_true=f,
+            seed=seed,
+            progress=False,
         )
 
     res = go(0)
@@ -167,15 +173,17 @@ def test_botorch_fixed_q_baseline():
     assert torch.equal(res.arms, go(0).arms)  # seeded
     assert float(res.regret_ratio(f)[-1]) < 0.7  # better than uniform sampling
     with pytest.raises(ValueError, match="q must be a positive int"):
-        run_botorch_fixed_q(X, noisy_oracle(f, 0.01), 5, q=0, lengthscale=0.2, lam=0.1)
+        run_botorch_fixed_q(
+            X, noisy_oracle(f, 0.01), 5, q=0, kernel=fixed_rbf_kernel(0.2), lam=0.1
+        )
 
 
 def test_uncertainty_sampling_init():
     X, f = problem(A=200)
-    k, kd = rbf_kernel(0.3)
+    k = fixed_rbf_kernel(0.3)
     P = 5.0
-    idx = uncertainty_sampling_init(X, k, kd, 0.1, P)
-    post = ExactPosterior(X, k, kd, 0.1)
+    idx = uncertainty_sampling_init(X, k, 0.1, P)
+    post = ExactPosterior(X, k, 0.1)
     for j, a in enumerate(idx.tolist()):
         var = post.variance()
         assert a == int(torch.argmax(var))
@@ -190,34 +198,33 @@ def test_uncertainty_sampling_init():
 
 def test_loop_validation():
     X, f = problem(A=50)
-    k, kd = rbf_kernel(0.2)
+    k = fixed_rbf_kernel(0.2)
     orc = noisy_oracle(f, 0.01)
     with pytest.raises(ValueError, match="empty"):
-        run_bbkb(X[:0], orc, 10, k, kd, 0.1, progress=False)
+        run_bbkb(X[:0], orc, 10, k, 0.1, progress=False)
     with pytest.raises(ValueError, match="f_true"):
-        run_bbkb(X, orc, 10, k, kd, 0.1, f_true=f[:-1], progress=False)
+        run_bbkb(X, orc, 10, k, 0.1, f_true=f[:-1], progress=False)
     with pytest.raises(ValueError, match="A x d"):
-        run_bbkb(X[0], orc, 10, k, kd, 0.1, progress=False)
+        run_bbkb(X[0], orc, 10, k, 0.1, progress=False)
     with pytest.raises(ValueError, match="C must be"):
-        run_bbkb(X, orc, 10, k, kd, 0.1, C=0.5, progress=False)
+        run_bbkb(X, orc, 10, k, 0.1, C=0.5, progress=False)
     with pytest.raises(ValueError, match="init indices"):
-        run_bbkb(X, orc, 10, k, kd, 0.1, init=torch.tensor([99]), progress=False)
+        run_bbkb(X, orc, 10, k, 0.1, init=torch.tensor([99]), progress=False)
     with pytest.raises(ValueError, match="init_rewards"):
         run_bbkb(
             X,
             orc,
             10,
             k,
-            kd,
             0.1,
             init=torch.tensor([1, 2]),
             init_rewards=torch.zeros(3),
             progress=False,
         )
     with pytest.raises(ValueError, match="horizon"):
-        run_bbkb(X, orc, 0, k, kd, 0.1, progress=False)
+        run_bbkb(X, orc, 0, k, 0.1, progress=False)
     with pytest.raises(ValueError, match="max_batch_size"):
-        run_bbkb(X, orc, 10, k, kd, 0.1, max_batch_size=0, progress=False)
+        run_bbkb(X, orc, 10, k, 0.1, max_batch_size=0, progress=False)
 
 
 @pytest.mark.outcome  # exact equality of choices between two arithmetic paths
@@ -262,10 +269,10 @@ def test_categorical_regime_keeps_batch_and_dictionary_invariants():
     torch.testing.assert_close(X.norm(dim=-1), torch.ones(256, dtype=DT))
     runs = {}
     for mode in ("incremental", "rebuild"):
-        k, kd = rbf_kernel(1.0)
+        k = fixed_rbf_kernel(1.0)
         oracle = noisy_oracle(f, 0.1, torch.Generator().manual_seed(5))
         runs[mode] = run_bbkb(
-            X, oracle, 80, k, kd, 1e-2, beta="reference_code", xi=0.1, seed=0,
+            X, oracle, 80, k, 1e-2, beta="reference_code", xi=0.1, seed=0,
             init=torch.tensor([0, 1]), f_true=f, progress=False, resparsify=mode,
         )  # fmt: skip
     res = runs["incremental"]

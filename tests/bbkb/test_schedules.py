@@ -14,9 +14,9 @@ from botorch_sketch.bbkb import (
     ReferenceCodeSchedule,
     alpha_from_botorch_beta,
     botorch_beta,
+    fixed_rbf_kernel,
     make_schedule,
     noisy_oracle,
-    rbf_kernel,
     run_bbkb,
 )
 from botorch_sketch.bbkb.schedules import exact_logdet
@@ -103,14 +103,13 @@ def test_loop_accumulates_batch_start_variances(monkeypatch):
     g = torch.Generator().manual_seed(0)
     X = torch.rand(150, 2, generator=g, dtype=DT)
     f = torch.sin(3 * X).sum(-1)
-    k, kd = rbf_kernel(0.3)
+    k = fixed_rbf_kernel(0.3)
     sched = PaperSchedule(xi=0.05, delta=0.01, F=1.0, lam=0.01, C=2.0)
     res = run_bbkb(
         X,
         noisy_oracle(f, 0.05, torch.Generator().manual_seed(1)),
         80,
         k,
-        kd,
         lam=0.01,
         beta=sched,
         init=torch.tensor([3, 9]),

@@ -68,7 +68,6 @@ def test_ties_go_to_lowest_index():
     big = rebuild(
         arms,
         state.kernel,
-        state.kernel_diag,
         state.S_idx,
         torch.cat([state.counts, torch.zeros_like(state.counts)]),
         torch.cat([state.reward_sums, torch.zeros_like(state.reward_sums)]),

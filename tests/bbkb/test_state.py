@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from botorch_sketch.bbkb import ExactPosterior, rbf_kernel, rebuild
+from botorch_sketch.bbkb import ExactPosterior, fixed_rbf_kernel, rebuild
 from botorch_sketch.bbkb.state import IncrementalState, KernelColumnCache, embed_arms
 
 from .conftest import DT, make_state
@@ -17,7 +17,6 @@ def _rebuild_like(state, **kw):
     return rebuild(
         state.arms,
         state.kernel,
-        state.kernel_diag,
         state.S_idx,
         state.counts,
         state.reward_sums,
@@ -51,7 +50,7 @@ def test_rebuild_matches_dense_formulas():
 def test_full_dictionary_equals_exact_gp():
     """S = every pulled arm: mean and variance equal the exact GP (Eqs. 4-6)."""
     state, pulls, y = make_state(seed=2, all_pulled_in_dict=True)
-    post = ExactPosterior(state.arms, state.kernel, state.kernel_diag, state.lam)
+    post = ExactPosterior(state.arms, state.kernel, state.lam)
     for a in pulls.tolist():
         post.add(a)
     post.observe(y)
@@ -69,7 +68,6 @@ def test_empty_dictionary_and_chunking_and_cache():
     empty = rebuild(
         state.arms,
         state.kernel,
-        state.kernel_diag,
         torch.empty(0, dtype=torch.long),
         state.counts,
         state.reward_sums,
@@ -99,7 +97,6 @@ def test_duplicate_dictionary_points_are_deduplicated():
     again = rebuild(
         state.arms,
         state.kernel,
-        state.kernel_diag,
         S,
         state.counts,
         state.reward_sums,
@@ -110,17 +107,17 @@ def test_duplicate_dictionary_points_are_deduplicated():
 
 
 def test_rebuild_validation():
-    k, kd = rbf_kernel(0.5)
+    k = fixed_rbf_kernel(0.5)
     X = torch.rand(5, 2, dtype=DT)
     z = torch.zeros(5, dtype=DT)
     with pytest.raises(ValueError, match="non-empty"):
-        rebuild(X[:0], k, kd, torch.tensor([0]), z[:0], z[:0], 0.1)
+        rebuild(X[:0], k, torch.tensor([0]), z[:0], z[:0], 0.1)
     with pytest.raises(ValueError, match="counts and reward_sums"):
-        rebuild(X, k, kd, torch.tensor([0]), z[:4], z, 0.1)
+        rebuild(X, k, torch.tensor([0]), z[:4], z, 0.1)
     with pytest.raises(ValueError, match="dictionary indices"):
-        rebuild(X, k, kd, torch.tensor([7]), z, z, 0.1)
+        rebuild(X, k, torch.tensor([7]), z, z, 0.1)
     with pytest.raises(ValueError, match="lam"):
-        rebuild(X, k, kd, torch.tensor([0]), z, z, 0.0)
+        rebuild(X, k, torch.tensor([0]), z, z, 0.0)
 
 
 def test_fused_and_two_product_sweeps_agree(monkeypatch):
@@ -161,7 +158,6 @@ def test_float32_state_is_accurate_for_moderate_lam():
     s32 = rebuild(
         state.arms.float(),
         state.kernel,
-        state.kernel_diag,
         state.S_idx,
         state.counts.float(),
         state.reward_sums.float(),
@@ -181,7 +177,6 @@ def test_rebuild_and_loop_on_cuda_match_cpu():
     cuda = rebuild(
         state.arms.to(dev),
         state.kernel,
-        state.kernel_diag,
         state.S_idx.to(dev),
         state.counts.to(dev),
         state.reward_sums.to(dev),
@@ -196,7 +191,6 @@ def test_rebuild_and_loop_on_cuda_match_cpu():
             noisy_oracle(f.to(d), 0.01, torch.Generator().manual_seed(0)),
             60,
             state.kernel,
-            state.kernel_diag,
             0.01,
             seed=0,
             progress=False,
@@ -242,17 +236,17 @@ def _assert_same_state(a, b, atol=1e-7):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_incremental_state_equals_rebuild(seed):
     """Forced incremental updates (insertions, removals, pulls) equal a rebuild."""
-    k, kd = rbf_kernel(0.1)
+    k = fixed_rbf_kernel(0.1)
     state, singular = None, 0
     for arms, S, counts, sums in _random_resparsifications(seed):
         if state is None:
             state = IncrementalState(
-                arms, k, kd, S, counts, sums, 1e-3, refresh_fraction=math.inf,
+                arms, k, S, counts, sums, 1e-3, refresh_fraction=math.inf,
                 reorthonormalize_every=10**9,
             )  # fmt: skip
         else:
             state.resparsify(S, counts, sums)
-        ref = rebuild(arms, k, kd, S, counts, sums, 1e-3)
+        ref = rebuild(arms, k, S, counts, sums, 1e-3)
         _assert_same_state(state, ref)
         singular += state.dict_size > state.rank  # duplicated arms in S
         eye = torch.eye(state.rank, dtype=DT)
@@ -271,7 +265,7 @@ def test_incremental_state_refresh_reset_and_check_paths(monkeypatch):
     import botorch_sketch.bbkb.state as state_mod
 
     monkeypatch.setattr(state_mod, "CHECK_WORK_RATIO", 0.0)  # check every time
-    k, kd = rbf_kernel(0.1)
+    k = fixed_rbf_kernel(0.1)
     runs = {}
     for name, kw in {
         "cost": dict(),  # default: refreshes when many changes
@@ -281,10 +275,10 @@ def test_incremental_state_refresh_reset_and_check_paths(monkeypatch):
         state = None
         for arms, S, counts, sums in _random_resparsifications(3, keep=0.6):
             if state is None:
-                state = IncrementalState(arms, k, kd, S, counts, sums, 1e-3, **kw)
+                state = IncrementalState(arms, k, S, counts, sums, 1e-3, **kw)
             else:
                 state.resparsify(S, counts, sums)
-        _assert_same_state(state, rebuild(arms, k, kd, S, counts, sums, 1e-3))
+        _assert_same_state(state, rebuild(arms, k, S, counts, sums, 1e-3))
         runs[name] = dict(state.stats)
     assert runs["cost"]["refresh"] > 1  # 40 % churn: cheaper to refresh
     assert runs["periodic"]["reset"] > 5
@@ -292,29 +286,29 @@ def test_incremental_state_refresh_reset_and_check_paths(monkeypatch):
 
 
 def test_incremental_state_validation():
-    k, kd = rbf_kernel(0.1)
+    k = fixed_rbf_kernel(0.1)
     arms, S, counts, sums = next(_random_resparsifications(0))
-    state = IncrementalState(arms, k, kd, S, counts, sums, 1e-3)
+    state = IncrementalState(arms, k, S, counts, sums, 1e-3)
     with pytest.raises(ValueError, match="grow"):
         state.resparsify(S, counts - 1, sums)
     with pytest.raises(ValueError, match="dictionary indices"):
         state.resparsify(torch.tensor([10**6]), counts, sums)
     with pytest.raises(ValueError, match="lam"):
-        IncrementalState(arms, k, kd, S, counts, sums, 0.0)
+        IncrementalState(arms, k, S, counts, sums, 0.0)
 
 
 @pytest.mark.parametrize("seed", [1, 3])
 def test_incremental_state_in_float32_for_moderate_lam(seed):
     """float32 (lam = 0.05): ~1e-3 relative accuracy, as the rebuild path."""
-    k, kd = rbf_kernel(0.1)
+    k = fixed_rbf_kernel(0.1)
     state = None
     for arms, S, counts, sums in _random_resparsifications(seed, steps=25, dup=False):
         a32, c32, s32 = arms.float(), counts.float(), sums.float()
         if state is None:
-            state = IncrementalState(a32, k, kd, S, c32, s32, 0.05)
+            state = IncrementalState(a32, k, S, c32, s32, 0.05)
         else:
             state.resparsify(S, c32, s32)
-    ref = rebuild(arms, k, kd, S, counts, sums, 0.05)
+    ref = rebuild(arms, k, S, counts, sums, 0.05)
     assert state.s2_0.dtype == torch.float32 and state.stats["incremental"] > 10
     assert state.rank == ref.rank
     # Typical errors here ~1e-4 (the float32 rebuild's too): 10x margin or more.
