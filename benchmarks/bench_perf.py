@@ -326,8 +326,8 @@ def nystrom_worker(n: int, budget_gb: float, seed: int) -> dict[str, Any]:
     out: dict[str, Any] = {"n": n, "d": data["train_X"].shape[-1]}
     model, out["construct"] = timed(
         lambda: NystromGP(
-            data["train_X"], data["train_Y"], input_transform=Normalize(8),
-            seed=seed, memory_budget_gb=budget_gb,
+            data["train_X"], data["train_Y"], seed=seed, memory_budget_gb=budget_gb,
+            input_transform=Normalize(data["train_X"].shape[-1]),
         )
     )  # fmt: skip
     mll = ExactMarginalLogLikelihood(model.likelihood, model)

@@ -22,6 +22,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 #: Benchmark scripts (relative to the repository root) and their arguments.
 BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("benchmarks/bench_nystrom.py", ()),
+    # NystromGP with twice the default budget where it binds (same CSV, resumed).
+    (
+        "benchmarks/bench_nystrom.py",
+        (
+            "--methods", "nystrom2000", "--datasets", "synthetic",
+            "--sizes", "4000,20000,100000",
+        ),  # fmt: skip
+    ),
     # Before bench_bbkb, whose reports quote bbkb_reference.csv. The authors' code
     # is used when BBKB_REFERENCE_CODE names a local copy of it.
     ("benchmarks/bench_resparsify.py", ()),
