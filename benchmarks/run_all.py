@@ -74,6 +74,7 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("benchmarks/bench_ax.py", ()),
     ("benchmarks/bench_ax_workers.py", ()),
+    ("benchmarks/bench_choices.py", ()),
 )
 
 

@@ -62,6 +62,8 @@ from gpytorch.likelihoods import FixedNoiseGaussianLikelihood
 from torch import Tensor
 
 from botorch_sketch import linalg
+from botorch_sketch.bbkb.dense_kernel import as_dense_kernel
+from botorch_sketch.bbkb.posterior_state import PosteriorState
 from botorch_sketch.models.nystrom import NystromGP
 
 logger = logging.getLogger(__name__)
@@ -71,6 +73,9 @@ __all__ = ["BatchUpperConfidenceBound", "pending_cholesky"]
 #: Variances (RLS units) are clamped at this value before the square root, so the
 #: gradient of ``sigma~`` stays finite where the posterior is certain.
 MIN_RLS_VARIANCE = 1e-12
+
+#: Rows of a finite candidate set evaluated at once (``chunk x m`` kernel blocks).
+STATE_CHUNK_SIZE = 4096
 
 
 def pending_cholesky(L: Tensor, V: Tensor) -> Tensor:
@@ -252,11 +257,63 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
             A ``batch_shape`` tensor of UCB values (in the model's dtype).
         """
         mean, rls_var = self._mean_and_rls_variance(X)
-        mean = self._sign * mean + self._offset
-        if not self.maximize:
-            mean = -mean
         sigma = rls_var.clamp_min(MIN_RLS_VARIANCE).sqrt()
-        return (mean + self.alpha * sigma).squeeze(-1)
+        return (self._ucb_mean(mean) + self.alpha * sigma).squeeze(-1)
+
+    def batch_state(
+        self, choices: Tensor, chunk_size: int = STATE_CHUNK_SIZE
+    ) -> PosteriorState:
+        r"""This UCB over the rows of ``choices`` as a frozen BBKB engine state.
+
+        The :class:`~botorch_sketch.bbkb.posterior_state.PosteriorState` whose
+        arms are the ``A`` rows (in the model's transformed input space), with the
+        model's kernel (``covar_module``), dictionary ``S`` and embedding map
+        ``W``, ``lam`` the noise level, ``V_fb = lam A_t`` (the pending points
+        hallucinated), ``mu(a)`` the mean term of this UCB (sign, offset and
+        ``maximize`` applied) and ``s2_0(a) = sigma~^2_t(a)`` (RLS units), so
+        that the engine's UCB ``mu(a) + alpha sqrt(s2_0(a))`` is :meth:`forward`
+        (except below :data:`MIN_RLS_VARIANCE`, which the engine does not clamp)
+        and hallucinating an arm in the engine is appending it to ``X_pending``
+        here. The engine's selectors
+        (:func:`~botorch_sketch.bbkb.selection.select_batch`) then pick a batch
+        over the rows without evaluating this function again.
+
+        ``O(A m (d + r) + m r^2)`` time in chunks of ``chunk_size`` rows; the
+        state holds ``O(A)`` numbers besides the transformed rows (no ``A x m``,
+        ``A x r`` or ``A x A`` block).
+
+        Args:
+            choices: ``A x d`` finite candidate set (original input space).
+            chunk_size: Rows evaluated at once (here and by the state).
+
+        Returns:
+            The frozen state, in the model's dtype.
+        """
+        if choices.dim() != 2 or choices.shape[-1] != _input_dim(self.model):
+            raise ValueError(
+                f"choices must be A x d with d={_input_dim(self.model)}, got "
+                f"{tuple(choices.shape)}."
+            )
+        model = self.model
+        with torch.no_grad():
+            cache = self._cache()
+            X = choices.to(model._compute_dtype)
+            terms = [self._mean_and_rls_variance(c) for c in X.split(chunk_size)]
+            arms = model.transform_inputs(X)
+            kernel = as_dense_kernel(model.covar_module, arms)
+            lam = float(cache.lam)
+            return PosteriorState(
+                arms=arms,
+                kernel=kernel,
+                lam=lam,
+                X_S=cache.S,
+                W=cache.basis[:, : cache.coef.shape[-1]],
+                L=cache.chol * math.sqrt(lam),
+                mu=self._ucb_mean(torch.cat([m for m, _ in terms])),
+                s2_0=torch.cat([v for _, v in terms]),
+                kdiag=kernel.diag(arms),
+                chunk_size=chunk_size,
+            )
 
     def rls_variance(self, X: Tensor) -> Tensor:
         r"""Hallucinated variance ``sigma~^2_t(x) = var_t(x) / lam`` in RLS units.
@@ -321,6 +378,11 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
                 return self._frozen
         self._frozen = _build_cache(model, X_pending)
         return self._frozen
+
+    def _ucb_mean(self, mean: Tensor) -> Tensor:
+        r"""The mean term of the UCB: ``s mu + o``, negated if not ``maximize``."""
+        mean = self._sign * mean + self._offset
+        return mean if self.maximize else -mean
 
     def _features(self, X: Tensor) -> _Features:
         cache = self._cache()

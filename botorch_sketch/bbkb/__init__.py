@@ -7,6 +7,9 @@ GP-UCB / GP-BUCB and uniform baselines. One concept per module:
 
 - :mod:`~botorch_sketch.bbkb.state`: frozen batch-start state, rebuilt or updated
   incrementally at each resparsification;
+- :mod:`~botorch_sketch.bbkb.posterior_state`: the same state from a fitted sparse
+  GP's posterior (dictionary and data need not be arms; the BoTorch optimizer
+  over ``choices`` selects on it);
 - :mod:`~botorch_sketch.bbkb.stopping`: batch stopping rules (Lemma 1, Lemma 3,
   GP-BUCB's product rule);
 - :mod:`~botorch_sketch.bbkb.schedules`: ``beta~`` / ``alpha~`` schedules;
@@ -38,6 +41,7 @@ from botorch_sketch.bbkb.loop import (
     uncertainty_sampling_init,
     uniform_regret,
 )
+from botorch_sketch.bbkb.posterior_state import PosteriorState
 from botorch_sketch.bbkb.schedules import (
     BetaSchedule,
     FixedSchedule,
@@ -85,6 +89,7 @@ __all__ = [
     "LocalRule",
     "PaperSchedule",
     "PooledUCBSelector",
+    "PosteriorState",
     "ProductRule",
     "RebuiltState",
     "ReferenceCodeSchedule",

@@ -425,6 +425,7 @@ def select_batch(
     rule: StoppingRule,
     *,
     max_batch_size: int | None = None,
+    min_batch_size: int = 1,
     allow_repeats: bool = True,
     lazy: bool = True,
     recorder: Callable[[StepRecord], None] | None = None,
@@ -437,13 +438,18 @@ def select_batch(
     rule.update(i, s2_t(i))``, and, unless the batch ends, hallucinates ``i``. The
     point that makes the rule stop belongs to the batch. Also ends when
     ``max_batch_size`` points were chosen, or (without repeats) when no arm is
-    left.
+    left. With ``min_batch_size > 1`` a batch the rule ends early goes on with
+    the same greedy sequence (the rule is no longer consulted) until it holds
+    ``min_batch_size`` points: GP-BUCB's batch, to keep ``k`` workers busy at the
+    price of the rule's guarantee for the extra points.
 
     Args:
         state: Frozen batch-start state (:func:`~botorch_sketch.bbkb.state.rebuild`).
         alpha: UCB multiplier ``alpha~`` (constant in the batch).
         rule: A stopping rule; :meth:`StoppingRule.start` is called here.
         max_batch_size: Optional cap (``>= 1``), e.g. the steps left to the horizon.
+        min_batch_size: Smallest batch, ``1 <= min_batch_size <= max_batch_size``
+            (fewer only when no arm is left without repeats).
         allow_repeats: Allow an arm several times in one batch (paper default).
         lazy: If ``False``, every arm's variance is downdated at every step
             (eager; the pool is the whole arm set).
@@ -462,6 +468,13 @@ def select_batch(
         raise ValueError(
             f"max_batch_size must be an integer >= 1, got {max_batch_size}."
         )
+    if int(min_batch_size) != min_batch_size or not (
+        1 <= min_batch_size <= (max_batch_size or math.inf)
+    ):
+        raise ValueError(
+            f"min_batch_size must be an integer in [1, max_batch_size], got "
+            f"{min_batch_size} (max_batch_size={max_batch_size})."
+        )
     if selector == "pool":
         sel: PooledUCBSelector | LazyUCBSelector = PooledUCBSelector(
             state,
@@ -476,11 +489,14 @@ def select_batch(
     rule.start(state)
     batch: list[int] = []
     cap = math.inf if max_batch_size is None else max_batch_size
+    stopped = False  # the rule's decision; the batch may go on to min_batch_size
     while True:
         i = sel.argmax()
         ucb_i, var_i = sel.current()
         batch.append(i)
-        stop = rule.update(i, var_i)
+        if not stopped:
+            stopped = rule.update(i, var_i)
+        stop = stopped and len(batch) >= min_batch_size
         full = len(batch) >= cap
         if recorder is not None:
             recorder(

@@ -55,6 +55,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "BatchState",
+    "FactoredState",
     "IncrementalState",
     "KernelColumnCache",
     "RebuiltState",
@@ -216,8 +217,94 @@ class BatchState:
         return out
 
 
+class FactoredState(BatchState):
+    r"""A :class:`BatchState` keeping ``W`` and the Cholesky factor ``L`` of ``V_fb``.
+
+    Shared by :class:`RebuiltState` and
+    :class:`~botorch_sketch.bbkb.posterior_state.PosteriorState`: the arms are
+    embedded from the kernel, ``z(a) = W^T k_S(a)`` (``m`` dictionary points,
+    ``W`` of shape ``m x r``), and ``V_fb = L L^T`` is kept as its factor.
+
+    Attributes (set by the subclasses):
+        W: ``m x r`` embedding map.
+        L: ``r x r`` lower Cholesky factor of ``V_fb``.
+    """
+
+    W: Tensor
+    L: Tensor
+    _Vinv: Tensor | None
+    #: Optional cached ``m x A`` kernel columns ``k(S, A)``.
+    K_SA: Tensor | None = None
+
+    @property
+    def dictionary_points(self) -> Tensor:
+        r"""``m x d`` dictionary points ``S``."""
+        raise NotImplementedError
+
+    @property
+    def rank(self) -> int:
+        """Embedding dimension ``r <= m``."""
+        return self.W.shape[-1]
+
+    @property
+    def V(self) -> Tensor:
+        r"""``r x r`` matrix ``V_fb = L L^T``."""
+        return self.L @ self.L.mT
+
+    @property
+    def Vinv(self) -> Tensor:
+        r"""``r x r`` inverse ``V_fb^{-1}`` (computed once from ``L``, ``O(r^3)``)."""
+        if self._Vinv is None:
+            self._Vinv = torch.cholesky_inverse(self.L)
+        return self._Vinv
+
+    def solve(self, v: Tensor) -> Tensor:
+        r"""``V_fb^{-1} v`` for an ``r`` vector or an ``r x k`` matrix, ``O(r^2 k)``."""
+        return torch.cholesky_solve(v.reshape(self.rank, -1), self.L).reshape(v.shape)
+
+    def covariance_with(self, j: int, c_j: Tensor | None = None) -> Tensor:
+        r"""Batch-start covariances ``k~_fb(a, x_j)`` for all arms ``a`` (Eq. 2).
+
+        As :meth:`BatchState.covariance_with`, without forming ``Z``:
+        ``k(a, x_j) / lam + k_S(a)^T g`` with ``g = W (c_j - z_j / lam)``, one
+        matrix-vector product with the kernel columns (cached ``K_SA``, else
+        evaluated in row chunks), ``O(A (d + m) + m r)`` time, ``O(chunk_size m)``
+        memory without the cache.
+
+        Args:
+            j: Arm index ``x_j``.
+            c_j: Optional precomputed ``V_fb^{-1} z_j``.
+
+        Returns:
+            An ``A`` tensor.
+        """
+        z_j = self.embed(torch.tensor([j], device=self.arms.device))[0]
+        if c_j is None:
+            c_j = self.solve(z_j)
+        g = self.W @ (c_j - z_j / self.lam)
+        x_j, X_S = self.arms[j : j + 1], self.dictionary_points
+        out = torch.empty(self.num_arms, dtype=self.W.dtype, device=self.W.device)
+        for lo, hi in _chunks(self.num_arms, self.chunk_size):
+            k = self.kernel(self.arms[lo:hi], x_j).squeeze(-1) / self.lam
+            if self.rank == 0:
+                out[lo:hi] = k
+            elif self.K_SA is not None:
+                out[lo:hi] = torch.addmv(k, self.K_SA[:, lo:hi].mT, g)
+            else:
+                out[lo:hi] = torch.addmv(k, self.kernel(self.arms[lo:hi], X_S), g)
+        return out
+
+    def _embed_rows(self, X: Tensor, X_S: Tensor) -> Tensor:
+        r"""``k(X, X_S) W`` (``n x r``) in row chunks of :attr:`chunk_size`."""
+        out = X.new_empty(X.shape[0], self.rank)
+        if self.rank > 0:
+            for lo, hi in _chunks(X.shape[0], self.chunk_size):
+                out[lo:hi] = self.kernel(X[lo:hi], X_S) @ self.W
+        return out
+
+
 @dataclass(eq=False)
-class RebuiltState(BatchState):
+class RebuiltState(FactoredState):
     r"""Batch-start state recomputed from scratch by :func:`rebuild`.
 
     Attributes (besides those of :class:`BatchState`):
@@ -252,11 +339,6 @@ class RebuiltState(BatchState):
     _Vinv: Tensor | None = field(default=None, repr=False)
 
     @property
-    def rank(self) -> int:
-        """Embedding dimension ``r <= m``."""
-        return self.W.shape[-1]
-
-    @property
     def Z(self) -> Tensor:
         r"""``A x r`` embeddings of all arms (computed once, ``O(A m r)``)."""
         if self._Z is None:
@@ -270,18 +352,6 @@ class RebuiltState(BatchState):
             self._resid = linalg.embedding_residual(self.kdiag, self.Z) / self.lam
         return self._resid
 
-    @property
-    def V(self) -> Tensor:
-        r"""``r x r`` matrix ``V_fb = L L^T``."""
-        return self.L @ self.L.mT
-
-    @property
-    def Vinv(self) -> Tensor:
-        r"""``r x r`` inverse ``V_fb^{-1}`` (computed once from ``L``, ``O(r^3)``)."""
-        if self._Vinv is None:
-            self._Vinv = torch.cholesky_inverse(self.L)
-        return self._Vinv
-
     def embed(self, idx: Tensor | None = None) -> Tensor:
         r"""Embeddings ``z(a) = W^T k_S(a)`` of the arms ``idx`` (all if ``None``).
 
@@ -294,12 +364,12 @@ class RebuiltState(BatchState):
             cols = self.K_SA if idx is None else self.K_SA[:, idx]
             return cols.mT @ self.W
         X = self.arms if idx is None else self.arms[idx]
-        X_S = self.arms[self.S_idx]
-        out = X.new_empty(X.shape[0], self.rank)
-        if self.rank > 0:
-            for lo, hi in _chunks(X.shape[0], self.chunk_size):
-                out[lo:hi] = self.kernel(X[lo:hi], X_S) @ self.W
-        return out
+        return self._embed_rows(X, self.dictionary_points)
+
+    @property
+    def dictionary_points(self) -> Tensor:
+        r"""``m x d`` dictionary points ``arms[S_idx]``."""
+        return self.arms[self.S_idx]
 
     def resid_at(self, idx: Tensor, Z_idx: Tensor | None = None) -> Tensor:
         r"""Residuals :attr:`resid` of the arms ``idx`` only (``O(n m r)``)."""
@@ -307,42 +377,6 @@ class RebuiltState(BatchState):
             return self._resid[idx]
         Z_idx = self.embed(idx) if Z_idx is None else Z_idx
         return linalg.embedding_residual(self.kdiag[idx], Z_idx) / self.lam
-
-    def solve(self, v: Tensor) -> Tensor:
-        r"""``V_fb^{-1} v`` for an ``r`` vector or an ``r x k`` matrix, ``O(r^2 k)``."""
-        return torch.cholesky_solve(v.reshape(self.rank, -1), self.L).reshape(v.shape)
-
-    def covariance_with(self, j: int, c_j: Tensor | None = None) -> Tensor:
-        r"""Batch-start covariances ``k~_fb(a, x_j)`` for all arms ``a`` (Eq. 2).
-
-        As :meth:`BatchState.covariance_with`, without forming ``Z``:
-        ``k(a, x_j) / lam + k_S(a)^T W (c_j - z_j / lam)``, one matrix-vector
-        product with the kernel columns, ``O(A (d + m) + m r)``.
-
-        Args:
-            j: Arm index ``x_j``.
-            c_j: Optional precomputed ``V_fb^{-1} z_j``.
-
-        Returns:
-            An ``A`` tensor.
-        """
-        idx = torch.tensor([j], device=self.arms.device)
-        z_j = self.embed(idx)[0]
-        if c_j is None:
-            c_j = self.solve(z_j)
-        g = self.W @ (c_j - z_j / self.lam)
-        x_j = self.arms[j : j + 1]
-        out = torch.empty(self.num_arms, dtype=self.W.dtype, device=self.W.device)
-        X_S = self.arms[self.S_idx]
-        for lo, hi in _chunks(self.num_arms, self.chunk_size):
-            k = self.kernel(self.arms[lo:hi], x_j).squeeze(-1) / self.lam
-            if self.rank == 0:
-                out[lo:hi] = k
-            elif self.K_SA is not None:
-                out[lo:hi] = torch.addmv(k, self.K_SA[:, lo:hi].mT, g)
-            else:
-                out[lo:hi] = torch.addmv(k, self.kernel(self.arms[lo:hi], X_S), g)
-        return out
 
 
 def _chunks(n: int, size: int) -> list[tuple[int, int]]:
@@ -874,8 +908,11 @@ class IncrementalState(BatchState):
         else:
             self._incremental(pulled, dn[pulled], gone, new, counts, reward_sums)
             self.stats["incremental"] += 1
-        self._work += 2.0 * self.num_arms * max(self.rank, 1) * (
-            pulled.numel() + 3 * k_out + 2 * new.numel() + 1
+        self._work += (
+            2.0
+            * self.num_arms
+            * max(self.rank, 1)
+            * (pulled.numel() + 3 * k_out + 2 * new.numel() + 1)
         )
         self._maybe_check(pulled)
         return self

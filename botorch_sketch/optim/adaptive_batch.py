@@ -37,15 +37,27 @@ Domains:
 
 - a box (``bounds``): each point by ``optimize_acqf(q=1)`` (multi-start L-BFGS-B);
   lazy UCB evaluation does not apply (spec Sec. 11.4);
-- a finite set (``choices``): each point by a direct argmax over all rows
-  (``O(A (m d + m r))`` per point, ties to the lowest index), as the paper does.
+- a finite set (``choices``): BBKB's finite-arm engine. The batch UCB over the
+  rows becomes a frozen engine state
+  (:meth:`~botorch_sketch.acquisition.BatchUpperConfidenceBound.batch_state`,
+  ``O(A m (d + r))`` once: the frozen mean and the batch-start variances of all
+  rows, the caller's ``X_pending`` hallucinated into ``V_fb``), and
+  :func:`~botorch_sketch.bbkb.selection.select_batch` picks the batch with its
+  pooled exact argmax (:class:`~botorch_sketch.bbkb.selection.PooledUCBSelector`:
+  Sherman-Morrison downdates of a pool of the best rows, ``O(K r + r^2)`` per
+  point instead of a scan of all ``A`` rows; ties to the lowest index). The
+  points are the same as a direct argmax of the batch UCB over all rows at every
+  step, up to rounding (tested). Pending points need not be rows of ``choices``:
+  they enter ``V_fb``, not the arm set. Memory ``O(A (d + 1) + K r + chunk m)``,
+  never ``A x A`` (nor ``A x m``).
 
 Local rule (Lemma 3) on a box [INFERENCE, spec Sec. 11.4]: the sup over the domain
 of ``r(a) = 1 + sum_j k~_fb(a, x_j)^2 / sigma~^2_fb(a)`` is approximated by the max
 over a finite reference set: ``num_reference_points`` scrambled Sobol points in
 the box (seeded) plus the batch points themselves. The guarantee
 ``sigma~^2_fb / sigma~^2_t <= C`` then holds only on that reference set. On a
-finite ``choices`` set the reference set is ``choices`` (the paper's rule).
+finite ``choices`` set the reference set is all of ``choices`` (the paper's rule,
+:class:`~botorch_sketch.bbkb.stopping.GlobalLocalRule` on the engine state).
 """
 
 from __future__ import annotations
@@ -62,6 +74,7 @@ from botorch.utils.sampling import draw_sobol_samples, manual_seed
 from torch import Tensor
 
 from botorch_sketch.acquisition.bbkb import BatchUpperConfidenceBound
+from botorch_sketch.bbkb.selection import StepRecord, select_batch
 from botorch_sketch.bbkb.stopping import GlobalLocalRule, StoppingRule, make_rule
 from botorch_sketch.models.nystrom import NystromGP
 
@@ -72,8 +85,6 @@ __all__ = ["StepOptimizer", "optimize_acqf_adaptive_batch"]
 #: ``step_optimizer(acqf, step) -> (x, value)``: one greedy step over the domain.
 StepOptimizer = Callable[[BatchUpperConfidenceBound, int], tuple[Tensor, Tensor]]
 
-#: Candidates evaluated at once on the finite path.
-DISCRETE_CHUNK_SIZE = 4096
 #: Default threshold ``C~`` when ``rule`` is given by name (spec Sec. 5.4).
 DEFAULT_C = 2.0
 
@@ -171,58 +182,51 @@ def optimize_acqf_adaptive_batch(
             "num_reference_points must be a positive int, got "
             f"{num_reference_points!r}."
         )
-    if seed is None:
-        seed = int(torch.randint(2**31 - 1, (1,)))
     dtype = model._compute_dtype
-    acqf = BatchUpperConfidenceBound(
-        model, alpha, posterior_transform, maximize, X_pending=X_pending
-    )
     start = BatchUpperConfidenceBound(
         model, alpha, posterior_transform, maximize, X_pending=X_pending
     )
-    is_local = isinstance(rule, GlobalLocalRule)
     if choices is not None:
-        choices = choices.to(dtype)
-        state = _RuleState(start, reference=choices, num_slots=0)
-    else:
-        bounds = bounds.to(dtype)
-        reference = None
-        if is_local and reference_points is not None:
-            reference = reference_points.to(dtype)
-        elif is_local:
-            reference = draw_sobol_samples(
-                bounds, n=num_reference_points, q=1, seed=seed + 7919
-            ).squeeze(-2)
-        state = _RuleState(start, reference=reference, num_slots=max_batch_size)
+        return _select_from_choices(
+            start,
+            choices.to(dtype),
+            rule,
+            max_batch_size=max_batch_size,
+            min_batch_size=min_batch_size,
+            allow_repeats=allow_repeats,
+        )
+    if seed is None:
+        seed = int(torch.randint(2**31 - 1, (1,)))
+    acqf = BatchUpperConfidenceBound(
+        model, alpha, posterior_transform, maximize, X_pending=X_pending
+    )
+    is_local = isinstance(rule, GlobalLocalRule)
+    bounds = bounds.to(dtype)
+    reference = None
+    if is_local and reference_points is not None:
+        reference = reference_points.to(dtype)
+    elif is_local:
+        reference = draw_sobol_samples(
+            bounds, n=num_reference_points, q=1, seed=seed + 7919
+        ).squeeze(-2)
+    state = _RuleState(start, reference=reference, num_slots=max_batch_size)
     rule.start(state)
     base = None if X_pending is None else X_pending.to(dtype)
     points: list[Tensor] = []
     values: list[Tensor] = []
-    taken = torch.zeros(0 if choices is None else choices.shape[0], dtype=torch.bool)
-    cap = max_batch_size
-    if choices is not None and not allow_repeats:
-        cap = min(cap, choices.shape[0])
     stopped = False  # the rule's stop; the batch may go on up to min_batch_size
-    for step in range(cap):
+    for step in range(max_batch_size):
         if points:
             batch = torch.stack(points)
             acqf.set_X_pending(batch if base is None else torch.cat([base, batch]))
-        if choices is not None:
-            idx, value = _argmax_choices(
-                acqf, choices, None if allow_repeats else taken
+        if step_optimizer is None:
+            x, value = _optimize_box(
+                acqf, bounds, num_restarts, raw_samples, options, seed + step
             )
-            taken[idx] = True
-            x = choices[idx]
-            arm = idx
         else:
-            if step_optimizer is None:
-                x, value = _optimize_box(
-                    acqf, bounds, num_restarts, raw_samples, options, seed + step
-                )
-            else:
-                x, value = step_optimizer(acqf, step)
-                x, value = x.detach().reshape(-1).to(dtype), value.detach().reshape(())
-            arm = state.add_point(step, x)
+            x, value = step_optimizer(acqf, step)
+            x, value = x.detach().reshape(-1).to(dtype), value.detach().reshape(())
+        arm = state.add_point(step, x)
         points.append(x)
         values.append(value)
         if not stopped:
@@ -259,9 +263,10 @@ def optimize_acqf_adaptive_batch(
 class _RuleState:
     r"""Duck-typed batch-start state for :mod:`botorch_sketch.bbkb.stopping`.
 
-    Arms are ``n_ref`` reference points (``choices``, or Sobol points for the local
-    rule on a box) followed by ``num_slots`` slots that receive the batch points of
-    a box as they are chosen (:meth:`add_point`). ``s2_0`` holds batch-start
+    The box path's counterpart of the engine state of ``choices``. Arms are
+    ``n_ref`` reference points (of the local rule: Sobol points of the box, or the
+    caller's ``reference_points``) followed by ``num_slots`` slots that receive
+    the batch points as they are chosen (:meth:`add_point`). ``s2_0`` holds batch-start
     variances ``sigma~^2_fb`` (RLS units); empty slots hold ``+inf`` so that the
     local rule's ``1 / s2_0`` is zero there (its per-arm bound is then 1 and never
     decides; the batch points are checked by :func:`_batch_points_bound`).
@@ -363,21 +368,59 @@ def _optimize_box(
     return cand.detach().reshape(-1), val.detach().reshape(())
 
 
-def _argmax_choices(
-    acqf: BatchUpperConfidenceBound, choices: Tensor, taken: Tensor | None
-) -> tuple[int, Tensor]:
-    r"""Direct argmax over the rows of ``choices`` (lowest index on ties)."""
-    with torch.no_grad():
-        vals = torch.cat(
-            [
-                acqf(chunk.unsqueeze(-2))
-                for chunk in choices.split(DISCRETE_CHUNK_SIZE, dim=0)
-            ]
+def _select_from_choices(
+    start: BatchUpperConfidenceBound,
+    choices: Tensor,
+    rule: StoppingRule,
+    *,
+    max_batch_size: int,
+    min_batch_size: int,
+    allow_repeats: bool,
+) -> tuple[Tensor, Tensor]:
+    r"""One batch over the rows of ``choices`` by BBKB's finite-arm engine.
+
+    ``start`` (the batch UCB with the caller's pending points) becomes the frozen
+    engine state of the rows, and
+    :func:`~botorch_sketch.bbkb.selection.select_batch` (pooled exact argmax,
+    ``rule``, ``min_batch_size``) picks the arms (module docstring).
+
+    Returns:
+        ``(candidates k x d, values k)``: the chosen rows and their UCBs at
+        selection (batch so far hallucinated).
+    """
+    state = start.batch_state(choices)
+    records: list[StepRecord] = []
+    arms = select_batch(
+        state,
+        float(start.alpha),
+        rule,
+        max_batch_size=max_batch_size,
+        min_batch_size=min_batch_size,
+        allow_repeats=allow_repeats,
+        recorder=records.append,
+    )
+    for rec in records:
+        logger.debug(
+            "BBKB step %d: row %d, s2_fb=%.4g, s2_t=%.4g, bound=%.4g.",
+            rec.position,
+            rec.arm,
+            float(state.s2_0[rec.arm]),
+            rec.variance,
+            rec.bound,
         )
-    if taken is not None:
-        vals = vals.masked_fill(taken.to(vals.device), -math.inf)
-    idx = int(torch.argmax(vals))
-    return idx, vals[idx]
+    logger.info(
+        "BBKB batch of %d row(s) of %d (rule %s, C=%g, bound %.4g).",
+        len(arms),
+        state.num_arms,
+        type(rule).__name__,
+        rule.C,
+        rule.bound,
+    )
+    idx = torch.tensor(arms, dtype=torch.long, device=choices.device)
+    values = torch.tensor(
+        [rec.ucb for rec in records], dtype=choices.dtype, device=choices.device
+    )
+    return choices[idx], values
 
 
 # ---------------------------------------------------------------------------------

@@ -200,3 +200,39 @@ def test_multi_output_and_bad_arguments_raise():
         BatchUpperConfidenceBound.from_botorch_beta(model, beta=float("nan"))
     with pytest.raises(ValueError, match="columns"):
         BatchUpperConfidenceBound(model, alpha=1.0, X_pending=torch.rand(2, 3))
+
+
+@pytest.mark.parametrize("standardize", [False, True])
+@pytest.mark.parametrize("maximize", [True, False])
+def test_batch_state_is_the_ucb_over_the_rows(standardize, maximize):
+    """The engine state of the rows: its UCB, hallucinated variances and
+    batch-start covariances are the acquisition function's."""
+    model = make_model(standardize=standardize)
+    g = torch.Generator().manual_seed(3)
+    choices = torch.rand(50, 2, generator=g, dtype=DT)
+    Xp = torch.rand(3, 2, generator=g, dtype=DT)  # pending: not rows of choices
+    alpha = 0.7
+    acqf = BatchUpperConfidenceBound(model, alpha, maximize=maximize, X_pending=Xp)
+    state = acqf.batch_state(choices, chunk_size=16)  # several chunks
+    with torch.no_grad():
+        torch.testing.assert_close(
+            state.mu + alpha * state.s2_0.sqrt(), acqf(choices.unsqueeze(-2))
+        )
+        # Hallucinating arms in the engine = appending them to X_pending.
+        arms = torch.tensor([4, 17, 4])
+        acqf.set_X_pending(torch.cat([Xp, choices[arms]]))
+        torch.testing.assert_close(
+            state.variances(hallucinated=arms), acqf.rls_variance(choices)
+        )
+        acqf.set_X_pending(Xp)
+        torch.testing.assert_close(
+            state.covariance_with(9), acqf.rls_covariance(choices, choices[9:10])[:, 0]
+        )
+    assert state.dict_size == model.dictionary_size
+    assert state.arms.shape == choices.shape
+
+
+def test_batch_state_rejects_wrong_shapes():
+    acqf = BatchUpperConfidenceBound(make_model(), alpha=0.5)
+    with pytest.raises(ValueError, match="choices must be A x d"):
+        acqf.batch_state(torch.rand(5, 3, dtype=DT))

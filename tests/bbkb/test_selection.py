@@ -160,3 +160,28 @@ def test_pool_refactorisation_keeps_long_batches_exact():
     )
     expected, _ = brute_force_argmax(state, 0.7, batch[:-1])
     assert batch[-1] == expected
+
+
+@pytest.mark.parametrize("min_batch_size", [1, 4, 9])
+def test_min_batch_size_continues_the_greedy_sequence(min_batch_size):
+    """Past the rule's stop the batch goes on with the same greedy sequence (the
+    rule is no longer consulted) until it holds ``min_batch_size`` points."""
+    state, _, _ = make_state(seed=12)
+    long = select_batch(state, 1.0, GlobalRule(1e9), max_batch_size=9)
+    records = []
+    rule = GlobalRule(1.0)  # stops at the first point
+    batch = select_batch(
+        state,
+        1.0,
+        rule,
+        max_batch_size=9,
+        min_batch_size=min_batch_size,
+        recorder=records.append,
+    )
+    assert batch == long[:min_batch_size]
+    assert rule.size == 1  # the rule saw the first point only
+    assert [r.stop for r in records] == [False] * (min_batch_size - 1) + [True]
+    with pytest.raises(ValueError, match="min_batch_size"):
+        select_batch(state, 1.0, GlobalRule(2.0), max_batch_size=3, min_batch_size=4)
+    with pytest.raises(ValueError, match="min_batch_size"):
+        select_batch(state, 1.0, GlobalRule(2.0), min_batch_size=0)

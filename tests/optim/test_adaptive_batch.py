@@ -265,3 +265,158 @@ def test_min_batch_size_continues_the_greedy_sequence(model, choices, domain):
         optimize_acqf_adaptive_batch(
             model, BOUNDS, "global", min_batch_size=13, **common, **kw
         )
+
+
+# ---------------------------------------------------------------------------------
+# The finite path runs on the BBKB engine: same batches as a direct argmax
+# ---------------------------------------------------------------------------------
+
+
+def direct_batch(model, choices, rule, allow_repeats, X_pending, **kw):
+    """The reference: every point by a scan of the batch UCB over all rows.
+
+    The box path with a step optimizer that evaluates every row (the previous
+    finite path) and the rows as the local rule's reference set. Returns the
+    row indices and the values.
+    """
+    rows: list[int] = []
+    taken = torch.zeros(choices.shape[0], dtype=torch.bool)
+
+    def scan(acqf, step):
+        with torch.no_grad():
+            vals = acqf(choices.unsqueeze(-2))
+        if not allow_repeats:
+            vals = vals.masked_fill(taken, -torch.inf)
+        i = int(torch.argmax(vals))
+        taken[i] = True
+        rows.append(i)
+        return choices[i], vals[i]
+
+    bounds = torch.stack([choices.min(0).values, choices.max(0).values])
+    _, values = optimize_acqf_adaptive_batch(
+        model,
+        bounds,
+        rule,
+        X_pending=X_pending,
+        step_optimizer=scan,
+        reference_points=choices,
+        **kw,
+    )
+    return rows, values
+
+
+def row_indices(cand, choices):
+    match = (cand.unsqueeze(1) == choices.unsqueeze(0)).all(-1)
+    assert match.any(-1).all(), "candidates must be rows of choices"
+    return match.int().argmax(-1).tolist()  # rows are distinct
+
+
+def seeded_problem(seed):
+    """A NystromGP with a strict sub-dictionary, 200 candidate rows and 4 pending
+    points."""
+    g = torch.Generator().manual_seed(100 + seed)
+    d = 2 + seed % 2
+    X = torch.rand(80, d, generator=g, dtype=DT)
+    Y = torch.cos(4 * X).sum(-1, keepdim=True)
+    Y = Y + 0.1 * torch.randn(Y.shape, generator=g, dtype=DT)
+    m = NystromGP(X, Y, dictionary=torch.arange(0, 80, 4), seed=seed)
+    # Short lengthscale, lam = 1: batches of 8-18 points, where the local rule
+    # (Lemma 3) sometimes goes further than the global one (seed 2).
+    m.covar_module.lengthscale = 0.1
+    m.likelihood.noise = 1.0
+    m.eval()
+    choices = torch.rand(200, d, generator=g, dtype=DT)
+    X_pending = torch.rand(4, d, generator=g, dtype=DT)  # not rows of choices
+    return m, choices, X_pending
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("rule", ["global", "global_local"])
+@pytest.mark.parametrize("pending", [False, True])
+@pytest.mark.parametrize("allow_repeats,min_batch_size", [(True, 1), (False, 6)])
+def test_engine_path_equals_direct_argmax(
+    seed, rule, pending, allow_repeats, min_batch_size
+):
+    model, choices, Xp = seeded_problem(seed)
+    kw = dict(
+        alpha=0.3 + 0.2 * seed,
+        max_batch_size=40,
+        C=6.0,
+        allow_repeats=allow_repeats,
+        min_batch_size=min_batch_size,
+        maximize=seed != 1,
+        X_pending=Xp if pending else None,
+    )
+    cand, values = optimize_acqf_adaptive_batch(
+        model, None, rule, choices=choices, **kw
+    )
+    rows, ref_values = direct_batch(model, choices, rule, **kw)
+    assert row_indices(cand, choices) == rows
+    torch.testing.assert_close(values, ref_values)
+    assert len(rows) >= 5  # a batch, not a single point
+
+
+def test_engine_path_with_min_batch_and_repeats_equals_direct_argmax(model, choices):
+    """Repeats (small alpha: the best row again) and a batch past the rule's stop."""
+    kw = dict(alpha=0.01, max_batch_size=10, C=1.5, min_batch_size=7)
+    cand, _ = optimize_acqf_adaptive_batch(model, None, "global", choices=choices, **kw)
+    rows, _ = direct_batch(
+        model, choices, "global", allow_repeats=True, X_pending=None, **kw
+    )
+    assert row_indices(cand, choices) == rows
+    assert len(set(rows)) < len(rows) == 7
+
+
+def test_large_choices_never_form_an_a_by_a_block(monkeypatch):
+    """20,000 rows with a small model: every kernel block has at most one side of
+    length A (no A x A, no A x m), and the engine state holds O(A d) numbers."""
+    from gpytorch.kernels import RBFKernel
+
+    from botorch_sketch.acquisition import bbkb as acq_bbkb
+
+    A = 20_000
+    g = torch.Generator().manual_seed(7)
+    X = torch.rand(60, 3, generator=g, dtype=DT)
+    Y = torch.sin(6 * X).sum(-1, keepdim=True)
+    model = NystromGP(X, Y, dictionary=torch.arange(0, 60, 3), seed=0)
+    model.covar_module.lengthscale = 0.2
+    model.likelihood.noise = 0.5
+    model.eval()
+    choices = torch.rand(A, 3, generator=g, dtype=DT)
+    blocks: list[tuple[int, int]] = []
+    forward = RBFKernel.forward
+
+    def spy(self, x1, x2, diag=False, **params):
+        if not diag:
+            blocks.append((x1.shape[-2], x2.shape[-2]))
+        return forward(self, x1, x2, diag=diag, **params)
+
+    monkeypatch.setattr(RBFKernel, "forward", spy)
+    states = []
+    batch_state = acq_bbkb.BatchUpperConfidenceBound.batch_state
+
+    def keep(self, *args, **kwargs):
+        states.append(batch_state(self, *args, **kwargs))
+        return states[-1]
+
+    monkeypatch.setattr(acq_bbkb.BatchUpperConfidenceBound, "batch_state", keep)
+    cand, values = optimize_acqf_adaptive_batch(
+        model,
+        None,
+        "global_local",
+        alpha=0.5,
+        max_batch_size=30,
+        C=2.0,
+        choices=choices,
+        X_pending=choices[:3],
+        allow_repeats=False,
+        min_batch_size=5,
+    )
+    assert 5 <= cand.shape[0] <= 30 and values.shape == cand.shape[:1]
+    (state,) = states
+    m = model.dictionary_size
+    assert blocks, "the spy saw no kernel evaluation"
+    assert all(min(b) <= m and max(b) <= acq_bbkb.STATE_CHUNK_SIZE for b in blocks)
+    held = [v for v in vars(state).values() if isinstance(v, torch.Tensor)]
+    assert all(t.dim() <= 2 and t.shape[-1] < A for t in held if t.dim() == 2)
+    assert sum(t.numel() for t in held) <= A * (3 + 3) + 10 * m * m
