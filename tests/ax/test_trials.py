@@ -99,6 +99,20 @@ def test_client_helper_during_initialisation_uses_sobol():
     assert {run._generation_node_name for run in runs} == {"Sobol"}
 
 
+def test_client_helper_first_model_batch_of_a_fixed_q_strategy_is_full():
+    # Regression: right after the Sobol trials, the strategy still sits on its
+    # Sobol node (it moves at the next generation); the count of trials left was
+    # taken on that node, so the first GSSBO batch had 1 trial instead of 4.
+    client = make_client("gssbo", initialization_budget=3)
+    for _ in range(2):
+        batch = get_next_batch(client, max_batch_size=4)
+        for index, parameters in batch.items():
+            client.complete_trial(index, raw_data=evaluate("branin", parameters))
+    assert len(batch) == 4
+    runs = [client._experiment.trials[i].generator_runs[0] for i in batch]
+    assert {run._generation_node_name for run in runs} == {"GSSBO"}
+
+
 def test_failed_and_abandoned_trials_inside_a_batch():
     client = make_client("bbkb", C=4.0)
     run_trials(client, "branin", total=8)
