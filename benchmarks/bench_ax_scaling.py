@@ -241,75 +241,93 @@ def _details(rows: list[dict]) -> str:
     return markdown_table(keep, cols)
 
 
-def _targets(rows: list[dict], sd: float) -> list[str]:
-    lines = []
-    sizes = sorted({int(r["N"]) for r in rows})
-    for method in ("bkb", "bbkb"):
-        for call in ("cold", "warm"):
-            lo, hi = (
-                _cell(rows, method, min(sizes), call),
-                _cell(rows, method, max(sizes), call),
-            )
-            if not (lo and hi and lo["status"] == hi["status"] == "ok"):
-                lines.append(f"- sd {sd:g}, {method} ({call}): flat cost not measured.")
-                continue
-            ratio = hi["wall_s"] / lo["wall_s"]
-            ratio_cpu = hi["cpu_s"] / lo["cpu_s"]
-            verdict = "met" if ratio <= 2 else "**not met**"
-            lines.append(
-                f"- sd {sd:g}, {method} ({call}): N={max(sizes)} / N={min(sizes)} = "
-                f"{hi['wall_s']:.2f} s / {lo['wall_s']:.2f} s = {ratio:.2f}x wall "
-                f"({ratio_cpu:.2f}x CPU); within 2x: {verdict}."
-            )
-            below, above, unmeasured = [], [], []
-            for n in sizes:
-                if n < 1000:
-                    continue
-                ours = _cell(rows, method, n, call)
-                ax = _cell(rows, AX_DEFAULT, n, "cold")
-                if not (ours and ours["status"] == "ok"):
-                    unmeasured.append(n)
-                elif ax and ax["status"] == "ok":
-                    (below if ours["wall_s"] < ax["wall_s"] else above).append(
-                        f"N={n}: {ours['wall_s']:.2f} vs {ax['wall_s']:.2f} s"
-                    )
-                elif ax and ax["status"] == "skipped":
-                    below.append(
-                        f"N={n}: {ours['wall_s']:.2f} s vs Ax skipped ({ax['reason']})"
-                    )
-                else:
-                    unmeasured.append(n)
-            verdict = "met" if not above and not unmeasured else "**not met**"
-            if not above and unmeasured:
-                verdict = "not measured at N = " + ", ".join(map(str, unmeasured))
-            lines.append(
-                f"  below Ax default's (cold) call at every N >= 1,000: {verdict}"
-                f" ({'; '.join(above + below)})."
-            )
-    return lines
+def _flat(lo: dict | None, hi: dict | None) -> dict[str, str]:
+    """The within-2x target between the smallest and the largest N."""
+    if not (lo and hi and lo["status"] == hi["status"] == "ok"):
+        return {"largest / smallest N": "not measured", "within 2x": "not measured"}
+    ratios = {key: hi[key] / lo[key] for key in ("wall_s", "cpu_s")}
+    verdicts = {k: "met" if r <= 2 else "**not met**" for k, r in ratios.items()}
+    return {
+        "largest / smallest N": f"{_fmt(hi)} / {_fmt(lo)} = "
+        f"{ratios['wall_s']:.2f}x wall, {ratios['cpu_s']:.2f}x CPU",
+        "within 2x": f"wall {verdicts['wall_s']}, CPU {verdicts['cpu_s']}",
+    }
+
+
+def _below_ax(rows: list[dict], method: str, call: str, sizes: list[int]) -> str:
+    """The below-Ax-default target at every N >= 1,000 (same call, cold or warm)."""
+    above = {"wall_s": [], "cpu_s": []}
+    notes, compared = [], []
+    for n in (n for n in sizes if n >= 1000):
+        ours, ax = _cell(rows, method, n, call), _cell(rows, AX_DEFAULT, n, call)
+        if not (ours and ours["status"] == "ok") or ax is None:
+            notes.append(f"N={n} not measured")
+        elif ax["status"] != "ok":
+            notes.append(f"N={n}: Ax default {ax['status']} ({ax.get('reason', '')})")
+        else:
+            compared.append(str(n))
+            for key in above:
+                if ours[key] >= ax[key]:
+                    above[key].append(str(n))
+    verdict = ", ".join(
+        f"{label} "
+        + ("met" if not above[key] else f"**not met** (N={'/'.join(above[key])})")
+        for key, label in (("wall_s", "wall"), ("cpu_s", "CPU"))
+    )
+    if notes:
+        verdict = f"at N = {', '.join(compared) or 'none'}: {verdict}"
+    return verdict + (f"; {'; '.join(notes)}" if notes else "")
+
+
+def _targets(groups: dict[float, list[dict]]) -> str:
+    table = []
+    for sd, rows in sorted(groups.items()):
+        sizes = sorted({int(r["N"]) for r in rows})
+        for method in ("bkb", "bbkb"):
+            for call in ("cold", "warm"):
+                lo = _cell(rows, method, min(sizes), call)
+                hi = _cell(rows, method, max(sizes), call)
+                before = (
+                    _cell(rows, method, sizes[-2], call) if len(sizes) > 1 else None
+                )
+                last_step = "-"
+                if hi and before and hi["status"] == before["status"] == "ok":
+                    last_step = f"{hi['cpu_s'] / before['cpu_s']:.2f}x"
+                table.append(
+                    {
+                        "noise sd": sd,
+                        "method": method,
+                        "call": call,
+                        **_flat(lo, hi),
+                        "CPU, two largest N": last_step,
+                        "below Ax default at N >= 1,000": _below_ax(
+                            rows, method, call, sizes
+                        ),
+                    }
+                )
+    return markdown_table(table)
 
 
 def _plot(groups: dict[float, list[dict]], path: Path) -> None:
     fig, axes = figure(1, len(groups), figsize=(6 * len(groups), 4.2), squeeze=False)
     for ax, (sd, rows) in zip(axes[0], sorted(groups.items()), strict=True):
-        for method in METHODS:
+        for color, method in enumerate(METHODS):
             for call, style in (("cold", "-o"), ("warm", "--s")):
                 pts = [
-                    (int(r["N"]), r["wall_s"])
+                    (int(r["N"]), r["cpu_s"])
                     for r in rows
                     if r["method"] == method
                     and r["call"] == call
                     and r["status"] == "ok"
                 ]
                 if pts:
-                    ax.plot(
-                        *zip(*sorted(pts), strict=True), style, label=f"{method} {call}"
-                    )
+                    xs, ys = zip(*sorted(pts), strict=True)
+                    ax.plot(xs, ys, style, color=f"C{color}", label=f"{method} {call}")
         ax.set(
             xscale="log",
             yscale="log",
             xlabel="N observed trials",
-            ylabel="wall time of one call (s)",
+            ylabel="CPU time of one call (s), 1 thread",
             title=f"Hartmann6, noise sd {sd:g}",
         )
         ax.grid(alpha=0.3, which="both")
@@ -343,10 +361,19 @@ def report(out: Path) -> None:
         "load-independent number.",
         "## Targets",
     ]
-    target_lines = []
-    for sd, rows in sorted(groups.items()):
-        target_lines += _targets(rows, sd)
-    sections.append("\n".join(target_lines))
+    sections.append(_targets(groups))
+    sections.append(
+        "How to read it: N = 500 is `exact_max_n` (default 500), where `NystromGP` "
+        "keeps every point and is the exact GP, so the 2x target compares the "
+        "sketch at N = 8,000 with an exact GP on 500 points. Above it the "
+        "dictionary keeps every point until the budget binds "
+        "(`max_dictionary_size`, default 1,000; `dictionary_capped` in the "
+        "details); with m <= 1,000 the fit and the posterior cost O(N m^2), "
+        "linear in N, and the column *CPU, two largest N* shows that growth. "
+        "Ax's default is skipped where its previous call, scaled by (N ratio)^2, "
+        "exceeds the cap (the issue measured it at 303.6 s for N = 4,000 on a "
+        "quieter machine, not remeasured here)."
+    )
     for sd, rows in sorted(groups.items()):
         sections += [
             f"## Noise sd {sd:g}: cold call",
