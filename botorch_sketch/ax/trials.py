@@ -100,7 +100,9 @@ def get_next_batch(client: Client, max_batch_size: int) -> dict[int, dict]:
 
     Returns:
         ``{trial_index: parameters}`` like ``client.get_next_trials``; complete each
-        with ``client.complete_trial``.
+        with ``client.complete_trial``. A point the batch repeats (BBKB may ask
+        for a point again, e.g. when ``min_batch_size`` fills the batch) is one
+        trial per repetition.
     """
     _check_size(max_batch_size)
     experiment = client._experiment
@@ -126,23 +128,34 @@ def get_next_batch(client: Client, max_batch_size: int) -> dict[int, dict]:
 
 
 def split_generator_run(run: GeneratorRun, batch_id: int) -> list[GeneratorRun]:
-    r"""One new one-arm ``GeneratorRun`` per arm of ``run``, same provenance.
+    r"""One new one-arm ``GeneratorRun`` per point of ``run``, same provenance.
 
-    Each copy records ``adaptive_batch_id``, ``adaptive_batch_size`` and
+    Ax merges repeated points of a generator run into one arm whose weight counts
+    them; such an arm becomes that many one-arm runs (BBKB's batch may evaluate a
+    point again, and ``min_batch_size=k`` promises ``k`` trials). Each copy
+    records ``adaptive_batch_id``, ``adaptive_batch_size`` and
     ``adaptive_batch_position`` in its ``gen_metadata``.
     """
     if not run.arms:
         raise AxError("The generation strategy produced no arms; no trial created.")
-    k = len(run.arms)
+    points = [
+        arm
+        for arm, weight in zip(run.arms, run.weights, strict=True)
+        for _ in range(max(1, round(weight)))
+    ]
+    k = len(points)
+    # Per-arm metadata lists are split only when they follow the points' order.
+    split = k if k == len(run.arms) else -1
     runs = []
-    for position, arm in enumerate(run.arms):
+    for position, arm in enumerate(points):
         copy = run.clone()
         metadata = dict(copy.gen_metadata or {})
         metadata.update(
             {BATCH_ID_KEY: batch_id, BATCH_SIZE_KEY: k, BATCH_POSITION_KEY: position}
         )
         metadata = {
-            key: _entry_for_arm(value, position, k) for key, value in metadata.items()
+            key: _entry_for_arm(value, position, split)
+            for key, value in metadata.items()
         }
         runs.append(
             GeneratorRun(
