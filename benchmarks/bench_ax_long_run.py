@@ -197,6 +197,9 @@ def report(out: Path, trials: int, caps: dict[str, float], noise_sd: float) -> N
         "one torch thread, on a shared machine (mean load average in the table).",
         "## Targets",
         "\n".join(_targets(summaries, trials)),
+        "How to read it: a run whose best value stays near -3.20 has found the "
+        "basin of Hartmann6's second-best local minimum (about -3.203), not the "
+        "global one; the *trials to <= -3.256* column says when a run left it.",
         "## Runs",
         harness.markdown_table(summaries),
         "![best true value vs trials and vs wall time](ax_long_run.png)",
