@@ -75,6 +75,16 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("benchmarks/bench_ax.py", ()),
     ("benchmarks/bench_ax_workers.py", ()),
     ("benchmarks/bench_choices.py", ()),
+    # Issue 15: per-call time vs N (two noise levels; Ax's default capped at 300 s
+    # per call), then the 5,000-trial run. Not concurrently: they time each other.
+    ("benchmarks/bench_ax_scaling.py", ("--noise-sd", "0.05")),
+    (
+        "benchmarks/bench_ax_scaling.py",
+        tuple(
+            "--noise-sd 0.5 --sizes 500,2000,8000 --methods bkb,bbkb,ax-default".split()
+        ),
+    ),
+    ("benchmarks/bench_ax_long_run.py", ()),
 )
 
 

@@ -31,6 +31,7 @@ from ax.core.batch_trial import BatchTrial
 from ax.core.experiment import Experiment
 from ax.core.generator_run import GeneratorRun
 from ax.exceptions.core import AxError
+from ax.generation_strategy.generation_node import GenerationNode
 from ax.generation_strategy.generation_strategy import GenerationStrategy
 from ax.generation_strategy.transition_criterion import MinTrials
 from ax.utils.common.random import with_rng_seed
@@ -99,7 +100,9 @@ def get_next_batch(client: Client, max_batch_size: int) -> dict[int, dict]:
 
     Returns:
         ``{trial_index: parameters}`` like ``client.get_next_trials``; complete each
-        with ``client.complete_trial``.
+        with ``client.complete_trial``. A point the batch repeats (BBKB may ask
+        for a point again, e.g. when ``min_batch_size`` fills the batch) is one
+        trial per repetition.
     """
     _check_size(max_batch_size)
     experiment = client._experiment
@@ -108,8 +111,9 @@ def get_next_batch(client: Client, max_batch_size: int) -> dict[int, dict]:
         raise AxError("Set a generation strategy on the client first.")
     if experiment.optimization_config is None:
         raise AxError("Call client.configure_optimization before generating trials.")
-    if not _next_node_is_adaptive(strategy, experiment):
-        remaining = _remaining_in_current_node(strategy, experiment)
+    node = _generating_node(strategy, experiment)
+    if not _is_adaptive(node):
+        remaining = _remaining_in_node(node, experiment)
         return client.get_next_trials(max_trials=min(max_batch_size, remaining))
     with with_rng_seed(seed=client._random_seed), _expected_short_batches():
         run = strategy.gen_single_trial(experiment=experiment, n=max_batch_size)
@@ -124,23 +128,34 @@ def get_next_batch(client: Client, max_batch_size: int) -> dict[int, dict]:
 
 
 def split_generator_run(run: GeneratorRun, batch_id: int) -> list[GeneratorRun]:
-    r"""One new one-arm ``GeneratorRun`` per arm of ``run``, same provenance.
+    r"""One new one-arm ``GeneratorRun`` per point of ``run``, same provenance.
 
-    Each copy records ``adaptive_batch_id``, ``adaptive_batch_size`` and
+    Ax merges repeated points of a generator run into one arm whose weight counts
+    them; such an arm becomes that many one-arm runs (BBKB's batch may evaluate a
+    point again, and ``min_batch_size=k`` promises ``k`` trials). Each copy
+    records ``adaptive_batch_id``, ``adaptive_batch_size`` and
     ``adaptive_batch_position`` in its ``gen_metadata``.
     """
     if not run.arms:
         raise AxError("The generation strategy produced no arms; no trial created.")
-    k = len(run.arms)
+    points = [
+        arm
+        for arm, weight in zip(run.arms, run.weights, strict=True)
+        for _ in range(max(1, round(weight)))
+    ]
+    k = len(points)
+    # Per-arm metadata lists are split only when they follow the points' order.
+    split = k if k == len(run.arms) else -1
     runs = []
-    for position, arm in enumerate(run.arms):
+    for position, arm in enumerate(points):
         copy = run.clone()
         metadata = dict(copy.gen_metadata or {})
         metadata.update(
             {BATCH_ID_KEY: batch_id, BATCH_SIZE_KEY: k, BATCH_POSITION_KEY: position}
         )
         metadata = {
-            key: _entry_for_arm(value, position, k) for key, value in metadata.items()
+            key: _entry_for_arm(value, position, split)
+            for key, value in metadata.items()
         }
         runs.append(
             GeneratorRun(
@@ -185,10 +200,10 @@ def _expected_short_batches() -> Iterator[None]:
         adapter_logger.removeFilter(short_batch_filter)
 
 
-def _next_node_is_adaptive(
+def _generating_node(
     strategy: GenerationStrategy, experiment: Experiment
-) -> bool:
-    r"""Whether the node that generates next uses ``AdaptiveBatchAcquisition``.
+) -> GenerationNode:
+    r"""The node that generates next: the current one, or the one it moves to.
 
     Mirrors the transition check ``GenerationStrategy.gen`` makes first (Ax 1.3
     exposes it only on the node).
@@ -197,20 +212,28 @@ def _next_node_is_adaptive(
     move, name = strategy._curr.should_transition_to_next_node(
         raise_data_required_error=False
     )
-    node = strategy.nodes_by_name[name] if move else strategy._curr
+    return strategy.nodes_by_name[name] if move else strategy._curr
+
+
+def _is_adaptive(node: GenerationNode) -> bool:
+    r"""Whether ``node`` generates with ``AdaptiveBatchAcquisition``."""
     return any(
         spec.generator_kwargs.get("acquisition_class") is AdaptiveBatchAcquisition
         for spec in node.generator_specs
     )
 
 
-def _remaining_in_current_node(
-    strategy: GenerationStrategy, experiment: Experiment
-) -> int:
-    r"""Trials left before the current node's ``MinTrials`` criteria are met (>= 1)."""
+def _remaining_in_node(node: GenerationNode, experiment: Experiment) -> int:
+    r"""Trials ``node`` generates before its ``MinTrials`` criteria are met (>= 1).
+
+    ``node`` is the node that generates next, so the count is never that of a
+    node the strategy is about to leave (whose criteria are met already: with
+    trials attached beyond the initialisation, the first model call would
+    otherwise be limited to one trial).
+    """
     left = [
         criterion.threshold - len(experiment.trials)
-        for criterion in strategy._curr.transition_criteria
+        for criterion in node.transition_criteria
         if isinstance(criterion, MinTrials) and criterion.use_all_trials_in_exp
     ]
     return max(1, min(left)) if left else 1 << 30

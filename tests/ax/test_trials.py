@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from ax.core.arm import Arm
 from ax.core.base_trial import TrialStatus
 from ax.core.batch_trial import BatchTrial
+from ax.core.generator_run import GeneratorRun
 from ax.exceptions.core import SearchSpaceExhausted
 
 from botorch_sketch.ax import get_next_batch, new_adaptive_batch_trial
-from botorch_sketch.ax.trials import BATCH_SIZE_KEY
+from botorch_sketch.ax.trials import BATCH_SIZE_KEY, split_generator_run
 from botorch_sketch.optim import optimize_acqf_adaptive_batch
 from tests.ax.helpers import FAST, evaluate, make_client, run_trials
 
@@ -97,6 +99,33 @@ def test_client_helper_during_initialisation_uses_sobol():
     assert len(batch) == 5  # not more than the initialisation has left
     runs = [client._experiment.trials[i].generator_runs[0] for i in batch]
     assert {run._generation_node_name for run in runs} == {"Sobol"}
+
+
+def test_client_helper_first_model_batch_of_a_fixed_q_strategy_is_full():
+    # Regression: right after the Sobol trials, the strategy still sits on its
+    # Sobol node (it moves at the next generation); the count of trials left was
+    # taken on that node, so the first GSSBO batch had 1 trial instead of 4.
+    client = make_client("gssbo", initialization_budget=3)
+    for _ in range(2):
+        batch = get_next_batch(client, max_batch_size=4)
+        for index, parameters in batch.items():
+            client.complete_trial(index, raw_data=evaluate("branin", parameters))
+    assert len(batch) == 4
+    runs = [client._experiment.trials[i].generator_runs[0] for i in batch]
+    assert {run._generation_node_name for run in runs} == {"GSSBO"}
+
+
+def test_split_keeps_repeated_points_as_separate_trials():
+    # Regression: Ax merges repeated points of a generator run into one arm with
+    # a weight; the split made one trial per arm, so "bbkb" with
+    # min_batch_size=50 gave batches of 23-49 trials on Hartmann6.
+    a, b = {"x0": 0.5, "x1": 1.0}, {"x0": 2.0, "x1": 3.0}
+    run = GeneratorRun(arms=[Arm(a), Arm(a), Arm(b)], weights=[1.0, 1.0, 1.0])
+    assert len(run.arms) == 2  # Ax's merge
+    runs = split_generator_run(run, batch_id=7)
+    assert [r.arms[0].parameters for r in runs] == [a, a, b]
+    assert [r.gen_metadata[BATCH_SIZE_KEY] for r in runs] == [3, 3, 3]
+    assert all(r.weights == [1.0] for r in runs)
 
 
 def test_failed_and_abandoned_trials_inside_a_batch():
