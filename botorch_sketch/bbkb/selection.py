@@ -53,6 +53,10 @@ __all__ = [
 #: Initial pool of :class:`PooledUCBSelector` (doubled on demand).
 DEFAULT_POOL_SIZE = 256
 
+#: Memory cap of the pool's ``K x r`` embeddings in :class:`PooledUCBSelector`
+#: (256 MB: every pool of the Cadata library, ``A = 20,640``, fits below it).
+DEFAULT_MAX_POOL_BYTES = 2**28
+
 
 class StepRecord(NamedTuple):
     r"""What happened at one selection step (for a recorder callback).
@@ -244,13 +248,24 @@ class PooledUCBSelector:
     refactorised (Cholesky, then its inverse) every ``r`` steps, so a step costs
     ``O(r^2 + K r)`` amortised.
 
+    **Bounded memory.** The pool holds ``K x r`` embeddings. A pool that would
+    outgrow ``max_pool_bytes`` (``A = 10^6`` candidates, say) is instead re-made
+    from the *current* UCBs: one chunked sweep over all arms computes ``u_t(a)``
+    from the history (``O(A r t)`` time, ``O(chunk r)`` memory), the pool becomes
+    the ``K_max`` arms with the largest ``u_t`` and the bound the next largest,
+    which is valid because every later UCB is at most ``u_t`` (same argument as
+    for ``u_0``). Right after such a sweep the pool's argmax is the argmax over
+    all arms up to rounding (ties at the bound are broken within the pool).
+
     Args:
         state: Frozen batch-start state.
         alpha: UCB multiplier ``alpha~ >= 0``.
         allow_repeats: If ``False``, selected arms are masked out for the rest of
             the batch.
         pool_size: Initial pool size ``K`` (``None``: all arms, i.e. eager
-            downdates of every arm).
+            downdates of every arm, within ``max_pool_bytes``).
+        max_pool_bytes: Memory cap of the pool's embeddings; the pool never
+            exceeds ``max(pool_size, max_pool_bytes / (itemsize r))`` arms.
     """
 
     def __init__(
@@ -260,6 +275,7 @@ class PooledUCBSelector:
         *,
         allow_repeats: bool = True,
         pool_size: int | None = DEFAULT_POOL_SIZE,
+        max_pool_bytes: int = DEFAULT_MAX_POOL_BYTES,
     ) -> None:
         if state.num_arms == 0:
             raise ValueError("the candidate set is empty.")
@@ -267,6 +283,10 @@ class PooledUCBSelector:
             raise ValueError(f"alpha must be finite and non-negative, got {alpha}.")
         if pool_size is not None and not (int(pool_size) == pool_size >= 1):
             raise ValueError(f"pool_size must be an integer >= 1, got {pool_size}.")
+        if not (int(max_pool_bytes) == max_pool_bytes >= 1):
+            raise ValueError(
+                f"max_pool_bytes must be an integer >= 1, got {max_pool_bytes}."
+            )
         self.state = state
         self.alpha = float(alpha)
         self.allow_repeats = allow_repeats
@@ -292,6 +312,9 @@ class PooledUCBSelector:
         self._masked: list[int] = []
         self._mask_P = torch.zeros(0, dtype=torch.bool, device=self._u0.device)
         self._available = A
+        itemsize = self._u0.element_size() * max(r, 1)
+        self._max_pool = max(int(max_pool_bytes) // itemsize, int(pool_size or 1))
+        self._swept = False  # the pool was just re-made from the current UCBs
         self._grow(A if pool_size is None else min(int(pool_size), A))
         self.n_refreshed = 0
         self.total_refreshed = 0
@@ -306,13 +329,38 @@ class PooledUCBSelector:
         """Whether every arm is masked out (only with ``allow_repeats=False``)."""
         return self._available == 0
 
+    def _current_ucbs(self) -> Tensor:
+        r"""``u_t(a)`` of every arm (masked arms ``-inf``), chunked, ``O(A r t)``."""
+        st = self.state
+        u = torch.empty_like(self._u0)
+        H = self._H[: self.t]
+        for lo in range(0, st.num_arms, st.chunk_size):
+            idx = torch.arange(
+                lo, min(lo + st.chunk_size, st.num_arms), device=u.device
+            )
+            Z = st.embed(idx)
+            Hz = Z @ H.mT
+            s2 = torch.maximum(
+                st.s2_0[idx] - torch.linalg.vecdot(Hz, Hz), st.resid_at(idx, Z)
+            )
+            u[lo : lo + idx.numel()] = st.mu[idx] + self.alpha * s2.sqrt()
+        if self._masked:
+            u[torch.tensor(self._masked, device=u.device)] = -math.inf
+        return u
+
     def _grow(self, K: int) -> None:
-        """Make the pool the ``K`` arms of largest ``u_0`` and set the bound."""
+        """Make the pool the ``K`` arms of largest ``u_0`` and set the bound.
+
+        Above the memory cap, the ``K_max`` arms of largest current ``u_t``.
+        """
         st, A = self.state, self.state.num_arms
+        scores, self._swept = self._u0, False
+        if K > self._max_pool and self._max_pool < A:
+            K, scores, self._swept = self._max_pool, self._current_ucbs(), True
         if K >= A:
             K, new_P, self._bound = A, None, -math.inf
         else:
-            top = torch.topk(self._u0, K + 1)
+            top = torch.topk(scores, K + 1)
             new_P = top.indices[:K]
             self._bound = float(top.values[K])
         P = (
@@ -353,7 +401,7 @@ class PooledUCBSelector:
             raise RuntimeError("no available arm left in this batch.")
         while True:
             j = int(torch.argmax(self._u))
-            if float(self._u[j]) > self._bound:
+            if float(self._u[j]) > self._bound or self._swept:
                 self._j = j
                 return self._arm(j)
             self._grow(2 * self._K)
@@ -387,6 +435,7 @@ class PooledUCBSelector:
         j = self._j
         if self._arm(j) != i:
             raise ValueError("hallucinate() expects the arm returned by argmax().")
+        self._swept = False
         if self._Z is None:
             self._Z = self.state.embed(self._P)
         z = self._Z[j]
@@ -431,6 +480,7 @@ def select_batch(
     recorder: Callable[[StepRecord], None] | None = None,
     selector: str = "pool",
     pool_size: int | None = DEFAULT_POOL_SIZE,
+    max_pool_bytes: int = DEFAULT_MAX_POOL_BYTES,
 ) -> list[int]:
     r"""Select one BBKB batch (Alg. 1 L4-L8) on the frozen ``state``.
 
@@ -458,6 +508,7 @@ def select_batch(
             (:class:`LazyUCBSelector`, the paper's lazy rule). Both return the exact
             argmax; they differ only in rounding and speed.
         pool_size: Initial pool size of the ``"pool"`` selector.
+        max_pool_bytes: Memory cap of the ``"pool"`` selector's embeddings.
 
     Returns:
         The chosen arm indices, in selection order.
@@ -481,6 +532,7 @@ def select_batch(
             alpha,
             allow_repeats=allow_repeats,
             pool_size=pool_size if lazy else None,
+            max_pool_bytes=max_pool_bytes,
         )
     elif selector == "lazy":
         sel = LazyUCBSelector(state, alpha, allow_repeats=allow_repeats, lazy=lazy)

@@ -185,3 +185,26 @@ def test_min_batch_size_continues_the_greedy_sequence(min_batch_size):
         select_batch(state, 1.0, GlobalRule(2.0), max_batch_size=3, min_batch_size=4)
     with pytest.raises(ValueError, match="min_batch_size"):
         select_batch(state, 1.0, GlobalRule(2.0), min_batch_size=0)
+
+
+@pytest.mark.parametrize("repeats", [True, False])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_memory_capped_pool_selects_the_same_batch(seed, repeats):
+    """A pool capped at a few arms (re-made from the current UCBs by chunked
+    sweeps) chooses exactly the batch of an uncapped pool."""
+    state, _, _ = make_state(seed=30 + seed, m=12, A=300)
+    state.chunk_size = 64  # several chunks per sweep
+    kwargs = dict(max_batch_size=40, allow_repeats=repeats)
+    free = select_batch(state, 2.0, GlobalRule(1e9), **kwargs)
+    row_bytes = state.mu.element_size() * state.rank
+    capped_sel = PooledUCBSelector(
+        state, 2.0, allow_repeats=repeats, pool_size=2, max_pool_bytes=5 * row_bytes
+    )
+    capped = []
+    for _ in range(40):
+        capped.append(capped_sel.argmax())
+        assert capped_sel.pool_size <= 5
+        capped_sel.hallucinate(capped[-1])
+    assert capped == free
+    with pytest.raises(ValueError, match="max_pool_bytes"):
+        PooledUCBSelector(state, 1.0, max_pool_bytes=0)
