@@ -335,8 +335,7 @@ class _StateKeeper:
         kernel_cache: bool,
         kernel_cache_bytes: int,
     ) -> None:
-        self.args = (arms, kernel)
-        self.kernel = kernel
+        self.arms, self.kernel = arms, kernel
         self.lam, self.kdiag, self.mode = lam, kdiag, mode
         self.embedding_bytes, self.chunk_size = embedding_bytes, chunk_size
         self.cache_opts = (kernel_cache, kernel_cache_bytes)
@@ -344,8 +343,7 @@ class _StateKeeper:
         self.incremental: IncrementalState | None = None
 
     def _fits(self, m: int) -> bool:
-        arms = self.args[0]
-        need = 1.5 * arms.shape[0] * max(m, 1) * arms.element_size()
+        need = 1.5 * self.arms.shape[0] * max(m, 1) * self.arms.element_size()
         return need <= self.embedding_bytes
 
     def __call__(self, S: Tensor, counts: Tensor, sums: Tensor) -> BatchState:
@@ -353,7 +351,7 @@ class _StateKeeper:
         if self.mode == "incremental" or (self.mode == "auto" and self._fits(m)):
             if self.incremental is None:
                 self.incremental = IncrementalState(
-                    *self.args, S, counts, sums, self.lam, kdiag=self.kdiag,
+                    self.arms, self.kernel, S, counts, sums, self.lam, kdiag=self.kdiag,
                     chunk_size=self.chunk_size,
                 )  # fmt: skip
             else:
@@ -362,10 +360,10 @@ class _StateKeeper:
         self.incremental = None  # over the memory budget: bounded-memory rebuilds
         if self.cache is None and self.cache_opts[0]:
             self.cache = KernelColumnCache(
-                self.args[0], self.args[1], max_bytes=self.cache_opts[1]
+                self.arms, self.kernel, max_bytes=self.cache_opts[1]
             )
         return rebuild(
-            *self.args, S, counts, sums, self.lam, kdiag=self.kdiag,
+            self.arms, self.kernel, S, counts, sums, self.lam, kdiag=self.kdiag,
             chunk_size=self.chunk_size, cache=self.cache,
         )  # fmt: skip
 

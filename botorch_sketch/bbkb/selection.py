@@ -329,21 +329,18 @@ class PooledUCBSelector:
         """Whether every arm is masked out (only with ``allow_repeats=False``)."""
         return self._available == 0
 
+    def _downdated(self, idx: Tensor, Z: Tensor | None) -> Tensor:
+        r"""``s2_0(a) - sum_j (h_j^T z(a))^2`` for the arms ``idx`` with embeddings
+        ``Z`` (``None`` before the first hallucination), before the residual floor."""
+        s2 = self.state.s2_0[idx]
+        if Z is None or self.t == 0:
+            return s2
+        Hz = Z @ self._H[: self.t].mT
+        return s2 - torch.linalg.vecdot(Hz, Hz)
+
     def _current_ucbs(self) -> Tensor:
         r"""``u_t(a)`` of every arm (masked arms ``-inf``), chunked, ``O(A r t)``."""
-        st = self.state
-        u = torch.empty_like(self._u0)
-        H = self._H[: self.t]
-        for lo in range(0, st.num_arms, st.chunk_size):
-            idx = torch.arange(
-                lo, min(lo + st.chunk_size, st.num_arms), device=u.device
-            )
-            Z = st.embed(idx)
-            Hz = Z @ H.mT
-            s2 = torch.maximum(
-                st.s2_0[idx] - torch.linalg.vecdot(Hz, Hz), st.resid_at(idx, Z)
-            )
-            u[lo : lo + idx.numel()] = st.mu[idx] + self.alpha * s2.sqrt()
+        u = self.state.mu + self.alpha * self.variances().sqrt()
         if self._masked:
             u[torch.tensor(self._masked, device=u.device)] = -math.inf
         return u
@@ -371,12 +368,8 @@ class PooledUCBSelector:
         # The pool's embeddings are gathered on the first hallucination only: a
         # batch of one point never needs them.
         Z = st.embed(P) if self.t > 0 else None
-        s2 = st.s2_0[P]
-        if Z is not None:
-            Hz = Z @ self._H[: self.t].mT
-            s2 = s2 - torch.linalg.vecdot(Hz, Hz)
         resid = st.resid_at(P, Z)
-        s2 = torch.maximum(s2, resid)
+        s2 = torch.maximum(self._downdated(P, Z), resid)
         mu = st.mu[P]
         u = mu + self.alpha * s2.sqrt()
         mask = torch.zeros(P.shape, dtype=torch.bool, device=P.device)
@@ -418,14 +411,15 @@ class PooledUCBSelector:
     def variances(self) -> Tensor:
         r"""Exact current variances ``sigma~^2_t`` of all arms, ``O(A r t)``.
 
-        For diagnostics and tests; the selection only needs the pool.
+        In row chunks of ``state.chunk_size`` (``O(chunk r)`` memory). The pool
+        needs them when it outgrows its memory cap, tests and diagnostics always.
         """
         st = self.state
-        s2 = st.s2_0.clone()
-        if self.t > 0:
-            Hz = st.embed(None) @ self._H[: self.t].mT
-            s2 = s2 - torch.linalg.vecdot(Hz, Hz)
-        return torch.maximum(s2, st.resid)
+        s2 = torch.empty_like(st.s2_0)
+        for idx in torch.arange(st.num_arms, device=s2.device).split(st.chunk_size):
+            Z = st.embed(idx)
+            s2[idx] = torch.maximum(self._downdated(idx, Z), st.resid_at(idx, Z))
+        return s2
 
     def hallucinate(self, i: int) -> None:
         r"""Add arm ``i`` (the last :meth:`argmax`) to ``V_t`` without feedback.
