@@ -47,13 +47,10 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime
 import json
 import logging
 import math
-import os
 import pathlib
-import platform
 import shlex
 import subprocess
 import sys
@@ -61,6 +58,8 @@ import time
 from collections.abc import Sequence
 
 import torch
+from harness import machine_details, mean_sd, read_csv
+from harness import write_csv as write_rows
 from torch import Tensor
 
 from botorch_sketch.bbkb import (
@@ -349,63 +348,8 @@ def run_dataset(
 
 
 def write_csv(path: pathlib.Path, rows: Sequence[dict]) -> None:
-    """Write ``rows`` with :data:`CSV_FIELDS` columns."""
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=CSV_FIELDS)
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: row[k] for k in CSV_FIELDS})
-
-
-def read_csv(path: pathlib.Path) -> list[dict]:
-    """Read a CSV written by :func:`write_csv` (numbers converted)."""
-    out = []
-    with path.open() as fh:
-        for row in csv.DictReader(fh):
-            for k in CSV_FIELDS[2:]:
-                row[k] = float(row[k])
-            out.append(row)
-    return out
-
-
-def mean_spread(values: Sequence[float], fmt: str = "{:.3g}") -> str:
-    """``mean ± std`` over seeds (``std`` omitted for one value, ``-`` if none)."""
-    vals = [v for v in values if not math.isnan(v)]
-    if not vals:
-        return "-"
-    t = torch.tensor(vals, dtype=torch.float64)
-    if len(vals) == 1:
-        return fmt.format(float(t[0]))
-    return f"{fmt.format(float(t.mean()))} ± {fmt.format(float(t.std()))}"
-
-
-def machine_details() -> str:
-    """One-line description of the machine and software."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
-    except OSError:
-        commit = "?"
-    return (
-        f"{cpu}, {os.cpu_count()} logical cores, torch {torch.__version__} "
-        f"(torch threads {torch.get_num_threads()}, OMP_NUM_THREADS="
-        f"{os.environ.get('OMP_NUM_THREADS', 'unset')}), Python "
-        f"{platform.python_version()}, git HEAD {commit} (+ working tree), "
-        f"{datetime.date.today().isoformat()}"
-    )
+    """Write ``rows`` with the :data:`CSV_FIELDS` columns, in that order."""
+    write_rows(path, [{k: row[k] for k in CSV_FIELDS} for row in rows])
 
 
 def target_lines(dataset: str, stats_rows: Sequence[dict]) -> list[str]:
@@ -510,7 +454,7 @@ def both_scalings(dataset: str, out: pathlib.Path) -> list[str]:
     ]
     for (scaling, T, method), g in sorted(groups.items()):
         cells = [
-            mean_spread([float(r[k]) for r in g], fmt)
+            mean_sd([float(r[k]) for r in g], fmt)
             for k, fmt in (
                 ("wall_s", "{:.3g}"),
                 ("cpu_s", "{:.3g}"),
@@ -567,7 +511,7 @@ def write_markdown(
     for s in stats_rows:
         groups.setdefault((s["method"], float(s["lengthscale"])), []).append(s)
     for (method, ls), runs in groups.items():
-        cells = [mean_spread([float(r[k]) for r in runs], fmt) for k, fmt in keys]
+        cells = [mean_sd([float(r[k]) for r in runs], fmt) for k, fmt in keys]
         lines.append(
             f"| {LABELS[method]} | {ls:g} | {len(runs)} | " + " | ".join(cells) + " |"
         )

@@ -59,6 +59,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from harness import cpu_model, git_head
 
 from botorch_sketch.bbkb import (
     BanditResult,
@@ -110,19 +111,11 @@ def gemm_gflops(m: int, k: int, n: int, transposed: bool, reps: int = 5) -> floa
 
 def machine() -> dict[str, Any]:
     """CPU model, cores, threads and library versions."""
-    model = platform.processor() or "unknown"
-    try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     import botorch
     import gpytorch
 
     return {
-        "cpu_model": model,
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "unset"),
@@ -130,21 +123,8 @@ def machine() -> dict[str, Any]:
         "torch": torch.__version__,
         "botorch": botorch.__version__,
         "gpytorch": gpytorch.__version__,
-        "git": _git_head(),
+        "git": git_head(),
     }
-
-
-def _git_head() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=RESULTS.parent.parent,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 # ------------------------------------------------------------------------ BBKB

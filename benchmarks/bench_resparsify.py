@@ -51,7 +51,8 @@ from collections.abc import Sequence
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from bench_bbkb import load_problem, machine_details  # noqa: E402
+from bench_bbkb import load_problem  # noqa: E402
+from harness import machine_details  # noqa: E402
 
 from botorch_sketch.bbkb import (  # noqa: E402
     fixed_rbf_kernel,

@@ -40,7 +40,9 @@ RESULTS = REPO_ROOT / "benchmarks" / "results"
 __all__ = [
     "REPO_ROOT",
     "RESULTS",
+    "cpu_model",
     "figure",
+    "git_head",
     "machine_details",
     "markdown_table",
     "mean_sd",
@@ -51,7 +53,8 @@ __all__ = [
 ]
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; else what ``platform`` knows)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -61,25 +64,20 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _git_head() -> str:
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], capture_output=True, text=True, check=False, cwd=REPO_ROOT
+    ).stdout.strip()
+
+
+def git_head() -> str:
+    """Short commit of the repository, marked when the tracked files differ."""
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=False,
-            cwd=REPO_ROOT,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=False,
-            cwd=REPO_ROOT,
-        ).stdout.strip()
+        head = _git("rev-parse", "--short", "HEAD")
+        dirty = _git("status", "--porcelain", "--untracked-files=no")
     except OSError:
         return "?"
-    return f"{out or '?'}{' (+ working tree)' if dirty else ''}"
+    return f"{head or '?'}{' (+ working tree)' if dirty else ''}"
 
 
 def machine_details() -> str:
@@ -94,11 +92,11 @@ def machine_details() -> str:
     except Exception:  # pragma: no cover - ax is a dependency
         ax_version = "?"
     return (
-        f"{_cpu_model()}, {os.cpu_count()} logical cores, torch {torch.__version__} "
+        f"{cpu_model()}, {os.cpu_count()} logical cores, torch {torch.__version__} "
         f"(torch threads {torch.get_num_threads()}, OMP_NUM_THREADS="
         f"{os.environ.get('OMP_NUM_THREADS', 'unset')}), botorch {botorch.__version__}"
         f", gpytorch {gpytorch.__version__}, ax {ax_version}, Python "
-        f"{platform.python_version()}, git {_git_head()}, "
+        f"{platform.python_version()}, git {git_head()}, "
         f"{datetime.date.today().isoformat()}"
     )
 
