@@ -62,20 +62,20 @@ from harness import machine_details, mean_sd, read_csv
 from harness import write_csv as write_rows
 from torch import Tensor
 
-from botorch_sketch.bbkb import (
-    BanditResult,
-    fixed_rbf_kernel,
-    noisy_oracle,
-    run_bbkb,
-    run_gp_bucb,
-    run_gp_ucb,
-    run_uniform,
-)
+from botorch_sketch.bbkb import fixed_rbf_kernel
 from botorch_sketch.datasets import (
     load_abalone,
     load_cadata,
     rescale_target,
     standardize_features,
+)
+from botorch_sketch.loops import (
+    BanditResult,
+    noisy_oracle,
+    run_bbkb,
+    run_gp_bucb,
+    run_gp_ucb,
+    run_uniform,
 )
 
 logger = logging.getLogger("bench_bbkb")

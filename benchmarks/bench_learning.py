@@ -43,7 +43,8 @@ from harness import (  # noqa: E402
     write_report,
 )
 
-from botorch_sketch.bbkb import fixed_rbf_kernel, noisy_oracle, run_bbkb  # noqa: E402
+from botorch_sketch.bbkb import fixed_rbf_kernel  # noqa: E402
+from botorch_sketch.loops import noisy_oracle, run_bbkb  # noqa: E402
 
 logger = logging.getLogger("bench_learning")
 

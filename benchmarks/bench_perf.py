@@ -61,15 +61,15 @@ from typing import Any
 import torch
 from harness import cpu_model, git_head
 
-from botorch_sketch.bbkb import (
+from botorch_sketch.bbkb import fixed_rbf_kernel
+from botorch_sketch.datasets import load_cadata, rescale_target, standardize_features
+from botorch_sketch.loops import (
     BanditResult,
-    fixed_rbf_kernel,
     noisy_oracle,
     run_bbkb,
     run_gp_bucb,
     uniform_regret,
 )
-from botorch_sketch.datasets import load_cadata, rescale_target, standardize_features
 
 logger = logging.getLogger("bench_perf")
 

@@ -54,13 +54,9 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from bench_bbkb import load_problem  # noqa: E402
 from harness import machine_details  # noqa: E402
 
-from botorch_sketch.bbkb import (  # noqa: E402
-    fixed_rbf_kernel,
-    noisy_oracle,
-    run_bbkb,
-    uniform_regret,
-)
+from botorch_sketch.bbkb import fixed_rbf_kernel  # noqa: E402
 from botorch_sketch.datasets import categorical_library  # noqa: E402
+from botorch_sketch.loops import noisy_oracle, run_bbkb, uniform_regret  # noqa: E402
 
 logger = logging.getLogger("bench_resparsify")
 

@@ -1,6 +1,6 @@
 """Demo: Global-BBKB on Cadata (or a synthetic candidate set), ``make demo``.
 
-Runs Global-BBKB (Calandriello et al., ICML 2020; :func:`botorch_sketch.bbkb.run_bbkb`
+Runs Global-BBKB (Calandriello et al., ICML 2020; :func:`botorch_sketch.loops.run_bbkb`
 with the Lemma 1 stopping rule) on a finite candidate set:
 
 * **Cadata** (California housing, A = 20,640, d = 8) when the data directory is
@@ -36,8 +36,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from botorch_sketch.bbkb import fixed_rbf_kernel, noisy_oracle, run_bbkb
+from botorch_sketch.bbkb import fixed_rbf_kernel
 from botorch_sketch.datasets import find_data_dir, load_cadata, rescale_target
+from botorch_sketch.loops import noisy_oracle, run_bbkb
 
 logger = logging.getLogger("botorch_sketch.demo")
 

@@ -7,7 +7,7 @@ The layers, bottom to top (a module may import its own layer and those below):
 1   algorithms    each algorithm's math (``gssbo/``, ``goucb/``, ``bbkb/``)
 2   models        the BoTorch models (``models/``)
 3   decisions     acquisition functions, generation, optimizers
-4   loops         optimization loops (``loops/``, ``bbkb/loop.py``, demo)
+4   loops         optimization loops (``loops/``, demo)
 5   ax            the Ax glue (``ax/``)
 6   package       ``botorch_sketch/__init__.py``
 ==  ============  ==========================================================
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1] / PACKAGE
 # The longest matching pattern decides a module's layer.
 LAYERS: list[tuple[str, list[str]]] = [
     ("core", ["linalg", "incremental_nystrom", "datasets"]),
-    ("algorithms", ["gssbo", "gssbo.*", "goucb", "goucb.*", "bbkb.*"]),
+    ("algorithms", ["gssbo", "gssbo.*", "goucb", "goucb.*", "bbkb", "bbkb.*"]),
     ("models", ["models", "models.*"]),
     (
         "decisions",
@@ -43,8 +43,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "optim.*",
         ],
     ),
-    # ``bbkb/__init__.py`` exports the loop, so the package itself sits here.
-    ("loops", ["loops", "loops.*", "bbkb", "bbkb.loop", "demo"]),
+    ("loops", ["loops", "loops.*", "demo"]),
     ("ax", ["ax", "ax.*"]),
     ("package", [""]),
 ]

@@ -3,7 +3,8 @@ r"""BBKB: batch UCB with adaptive batches, frozen dictionaries and lazy updates.
 Pure-torch implementation of Calandriello, Carratino, Lazaric, Valko & Rosasco,
 "Near-linear time Gaussian process optimization with adaptive batching and
 resparsification" (ICML 2020) on a finite candidate set, plus the BKB, exact
-GP-UCB / GP-BUCB and uniform baselines. One concept per module:
+GP-UCB / GP-BUCB and uniform baselines (whose loops are in
+:mod:`botorch_sketch.loops.bbkb`). One concept per module:
 
 - :mod:`~botorch_sketch.bbkb.state`: frozen batch-start state, rebuilt or updated
   incrementally at each resparsification;
@@ -18,7 +19,10 @@ GP-UCB / GP-BUCB and uniform baselines. One concept per module:
 - :mod:`~botorch_sketch.bbkb.exact`: incremental exact GP posterior;
 - :mod:`~botorch_sketch.bbkb.learning`: kernel hyperparameters refitted on a
   schedule during a run (``run_bbkb(..., learn=True)``);
-- :mod:`~botorch_sketch.bbkb.loop`: the bandit loops;
+- :mod:`~botorch_sketch.bbkb.engine`: Algorithm 1 as a state machine
+  (:class:`BBKBEngine`: start, next batch, observe, checkpoint), driven by the
+  finite-arm loop (:func:`botorch_sketch.loops.run_bbkb`) and by the Ax generator
+  of a finite library;
 - :mod:`~botorch_sketch.bbkb.dense_kernel`: the prior covariance, any gpytorch
   kernel, evaluated in dense blocks (and the paper's frozen Gaussian kernel).
 """
@@ -28,19 +32,9 @@ from botorch_sketch.bbkb.dense_kernel import (
     as_dense_kernel,
     fixed_rbf_kernel,
 )
+from botorch_sketch.bbkb.engine import BBKBEngine
 from botorch_sketch.bbkb.exact import ExactPosterior
 from botorch_sketch.bbkb.learning import KernelFit, KernelLearning
-from botorch_sketch.bbkb.loop import (
-    BanditResult,
-    noisy_oracle,
-    run_bbkb,
-    run_botorch_fixed_q,
-    run_gp_bucb,
-    run_gp_ucb,
-    run_uniform,
-    uncertainty_sampling_init,
-    uniform_regret,
-)
 from botorch_sketch.bbkb.posterior_state import PosteriorState
 from botorch_sketch.bbkb.schedules import (
     BetaSchedule,
@@ -74,7 +68,7 @@ from botorch_sketch.bbkb.stopping import (
 )
 
 __all__ = [
-    "BanditResult",
+    "BBKBEngine",
     "BatchState",
     "BetaSchedule",
     "DenseKernel",
@@ -102,14 +96,6 @@ __all__ = [
     "fixed_rbf_kernel",
     "make_rule",
     "make_schedule",
-    "noisy_oracle",
     "rebuild",
-    "run_bbkb",
-    "run_botorch_fixed_q",
-    "run_gp_bucb",
-    "run_gp_ucb",
-    "run_uniform",
     "select_batch",
-    "uncertainty_sampling_init",
-    "uniform_regret",
 ]

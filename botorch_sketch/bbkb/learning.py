@@ -1,7 +1,7 @@
 r"""Learning the kernel hyperparameters of a finite-arm run on a schedule.
 
 BBKB's guarantees assume a known kernel; the paper's experiments tune its
-bandwidth by hand. :func:`~botorch_sketch.bbkb.loop.run_bbkb` with ``learn=...``
+bandwidth by hand. :func:`~botorch_sketch.loops.bbkb.run_bbkb` with ``learn=...``
 instead refits the trainable hyperparameters of its gpytorch kernel (lengthscales,
 ARD lengthscales, an outputscale, ...; parameters with ``requires_grad=False`` stay
 fixed) while it runs:

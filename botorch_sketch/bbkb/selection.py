@@ -32,7 +32,7 @@ Two exact selectors (same choices up to rounding; :func:`select_batch` picks):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import torch
@@ -266,6 +266,9 @@ class PooledUCBSelector:
             downdates of every arm, within ``max_pool_bytes``).
         max_pool_bytes: Memory cap of the pool's embeddings; the pool never
             exceeds ``max(pool_size, max_pool_bytes / (itemsize r))`` arms.
+        excluded: Optional ``A`` boolean mask of arms that are never selected
+            (e.g. rows already observed when repeats are not wanted, or points
+            that are not in a user's library).
     """
 
     def __init__(
@@ -276,6 +279,7 @@ class PooledUCBSelector:
         allow_repeats: bool = True,
         pool_size: int | None = DEFAULT_POOL_SIZE,
         max_pool_bytes: int = DEFAULT_MAX_POOL_BYTES,
+        excluded: Tensor | None = None,
     ) -> None:
         if state.num_arms == 0:
             raise ValueError("the candidate set is empty.")
@@ -292,6 +296,15 @@ class PooledUCBSelector:
         self.allow_repeats = allow_repeats
         A, r = state.num_arms, state.rank
         self._u0 = state.mu + self.alpha * state.s2_0.sqrt()
+        self._masked = torch.zeros(A, dtype=torch.bool, device=self._u0.device)
+        if excluded is not None:
+            if excluded.shape != (A,) or excluded.dtype != torch.bool:
+                raise ValueError(
+                    f"excluded must be a boolean mask of shape ({A},), got "
+                    f"{excluded.dtype} of shape {tuple(excluded.shape)}."
+                )
+            self._masked |= excluded.to(self._masked.device)
+            self._u0 = self._u0.masked_fill(self._masked, -math.inf)
         self._order: Tensor | None = None  # arms by decreasing u_0 (lazily)
         self._K = 0
         self._P = self._u0.new_empty(0, dtype=torch.long)
@@ -309,9 +322,9 @@ class PooledUCBSelector:
         self._Vs: Tensor | None = None
         self._Vinv: Tensor | None = None
         self._s = 0  # step of the last refactorisation of V
-        self._masked: list[int] = []
         self._mask_P = torch.zeros(0, dtype=torch.bool, device=self._u0.device)
-        self._available = A
+        self._available = A - int(self._masked.sum())
+        self._j: int | None = None  # pool position of the last argmax
         itemsize = self._u0.element_size() * max(r, 1)
         self._max_pool = max(int(max_pool_bytes) // itemsize, int(pool_size or 1))
         self._swept = False  # the pool was just re-made from the current UCBs
@@ -341,9 +354,7 @@ class PooledUCBSelector:
     def _current_ucbs(self) -> Tensor:
         r"""``u_t(a)`` of every arm (masked arms ``-inf``), chunked, ``O(A r t)``."""
         u = self.state.mu + self.alpha * self.variances().sqrt()
-        if self._masked:
-            u[torch.tensor(self._masked, device=u.device)] = -math.inf
-        return u
+        return u.masked_fill_(self._masked, -math.inf)
 
     def _grow(self, K: int) -> None:
         """Make the pool the ``K`` arms of largest ``u_0`` and set the bound.
@@ -372,10 +383,8 @@ class PooledUCBSelector:
         s2 = torch.maximum(self._downdated(P, Z), resid)
         mu = st.mu[P]
         u = mu + self.alpha * s2.sqrt()
-        mask = torch.zeros(P.shape, dtype=torch.bool, device=P.device)
-        if self._masked:
-            mask = torch.isin(P, torch.tensor(self._masked, device=P.device))
-            u.masked_fill_(mask, -math.inf)
+        mask = self._masked[P]
+        u.masked_fill_(mask, -math.inf)
         self._P, self._Z, self._s2, self._u, self._mask_P = P, Z, s2, u, mask
         self._resid, self._mu, self._K = resid, mu, K
         self._P_list: list[int] | None = None
@@ -422,17 +431,24 @@ class PooledUCBSelector:
         return s2
 
     def hallucinate(self, i: int) -> None:
-        r"""Add arm ``i`` (the last :meth:`argmax`) to ``V_t`` without feedback.
+        r"""Add arm ``i`` to ``V_t`` without feedback.
 
-        ``O(r^2 + K r)`` amortised.
+        ``i`` is usually the last :meth:`argmax` (and is then masked without
+        repeats); any other arm (a pending evaluation, say) is hallucinated the
+        same way but not masked. ``O(r^2 + K r)`` amortised.
         """
-        j = self._j
-        if self._arm(j) != i:
-            raise ValueError("hallucinate() expects the arm returned by argmax().")
+        j, self._j = self._j, None
+        if j is not None and self._arm(j) != i:
+            j = None
+        if not 0 <= i < self.state.num_arms:
+            raise ValueError(f"arm {i} is out of range [0, {self.state.num_arms}).")
         self._swept = False
         if self._Z is None:
             self._Z = self.state.embed(self._P)
-        z = self._Z[j]
+        if j is not None:
+            z = self._Z[j]
+        else:
+            z = self.state.embed(torch.tensor([i], device=self._P.device))[0]
         t = self.t
         if t >= self._H.shape[0]:
             self._H = torch.cat([self._H, torch.empty_like(self._H)])
@@ -452,11 +468,11 @@ class PooledUCBSelector:
         s2 = self._s2.sub_(proj.square_())
         torch.maximum(s2, self._resid, out=s2)
         u = torch.add(self._mu, s2.sqrt(), alpha=self.alpha)
-        if not self.allow_repeats:
-            self._masked.append(i)
+        if not self.allow_repeats and j is not None:
+            self._masked[i] = True
             self._available -= 1
             self._mask_P[j] = True
-            u.masked_fill_(self._mask_P, -math.inf)
+        u.masked_fill_(self._mask_P, -math.inf)
         self._u = u
         self.n_refreshed = self._K
         self.total_refreshed += self._K
@@ -475,6 +491,8 @@ def select_batch(
     selector: str = "pool",
     pool_size: int | None = DEFAULT_POOL_SIZE,
     max_pool_bytes: int = DEFAULT_MAX_POOL_BYTES,
+    excluded: Tensor | None = None,
+    pending: Sequence[int] = (),
 ) -> list[int]:
     r"""Select one BBKB batch (Alg. 1 L4-L8) on the frozen ``state``.
 
@@ -503,6 +521,12 @@ def select_batch(
             argmax; they differ only in rounding and speed.
         pool_size: Initial pool size of the ``"pool"`` selector.
         max_pool_bytes: Memory cap of the ``"pool"`` selector's embeddings.
+        excluded: Optional ``A`` boolean mask of arms never selected (``"pool"``
+            selector only).
+        pending: Arms under evaluation from an earlier batch (asynchronous use):
+            hallucinated into ``V_t`` before the first choice, as BBKB
+            hallucinates its own batch, without feedback to the stopping rule
+            (``"pool"`` selector only).
 
     Returns:
         The chosen arm indices, in selection order.
@@ -527,7 +551,14 @@ def select_batch(
             allow_repeats=allow_repeats,
             pool_size=pool_size if lazy else None,
             max_pool_bytes=max_pool_bytes,
+            excluded=excluded,
         )
+        for i in pending:
+            sel.hallucinate(int(i))
+        if sel.exhausted:
+            raise ValueError("every arm is excluded; there is nothing to select.")
+    elif excluded is not None or len(pending) > 0:
+        raise ValueError("excluded and pending need selector='pool'.")
     elif selector == "lazy":
         sel = LazyUCBSelector(state, alpha, allow_repeats=allow_repeats, lazy=lazy)
     else:

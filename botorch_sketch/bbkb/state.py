@@ -521,7 +521,7 @@ def rebuild(
 
     Args:
         arms: ``A x d`` candidate set (float64 recommended, see
-            :func:`~botorch_sketch.bbkb.loop.run_bbkb`'s ``dtype``).
+            :func:`~botorch_sketch.loops.bbkb.run_bbkb`'s ``dtype``).
         kernel: The prior covariance, a gpytorch kernel (any kernel without batch
             dimensions; evaluated through a frozen :class:`DenseKernel` copy in the
             dtype and device of ``arms``) or a :class:`DenseKernel`.
@@ -767,7 +767,7 @@ class IncrementalState(BatchState):
       ``drift_tol``, and every ``reorthonormalize_every`` dictionary changes
       (insertions + removals) as a periodic re-orthonormalisation.
 
-    The loop (:func:`~botorch_sketch.bbkb.loop.run_bbkb`) uses
+    The loop (:func:`~botorch_sketch.loops.bbkb.run_bbkb`) uses
     :func:`rebuild` instead when ``A m`` floats exceed its memory budget.
     Counters of the paths taken are in :attr:`stats`.
 

@@ -13,11 +13,10 @@ from botorch_sketch.bbkb import (
     IncrementalState,
     as_dense_kernel,
     fixed_rbf_kernel,
-    noisy_oracle,
     rebuild,
-    run_bbkb,
 )
 from botorch_sketch.bbkb.state import KernelColumnCache
+from botorch_sketch.loops import noisy_oracle, run_bbkb
 
 from .conftest import DT
 

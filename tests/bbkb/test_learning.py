@@ -9,9 +9,10 @@ import torch
 from botorch.exceptions.errors import ModelFittingError
 from gpytorch.kernels import RBFKernel, ScaleKernel
 
-from botorch_sketch.bbkb import fixed_rbf_kernel, noisy_oracle, rebuild, run_bbkb
+from botorch_sketch.bbkb import fixed_rbf_kernel, rebuild
 from botorch_sketch.bbkb import learning as learning_module
 from botorch_sketch.bbkb.learning import KernelLearner, KernelLearning
+from botorch_sketch.loops import noisy_oracle, run_bbkb
 
 from .conftest import DT
 

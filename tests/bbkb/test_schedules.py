@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-import botorch_sketch.bbkb.loop as loop_mod
+import botorch_sketch.bbkb.engine as engine_mod
 from botorch_sketch.bbkb import (
     FixedSchedule,
     PaperSchedule,
@@ -16,10 +16,9 @@ from botorch_sketch.bbkb import (
     botorch_beta,
     fixed_rbf_kernel,
     make_schedule,
-    noisy_oracle,
-    run_bbkb,
 )
 from botorch_sketch.bbkb.schedules import exact_logdet
+from botorch_sketch.loops import noisy_oracle, run_bbkb
 
 from .conftest import DT, make_state
 
@@ -92,14 +91,14 @@ def test_schedule_validation():
 def test_loop_accumulates_batch_start_variances(monkeypatch):
     """In the loop, beta~ sums log(1 + 3 s2_0) with each batch's START variances."""
     captured = []
-    orig = loop_mod.select_batch
+    orig = engine_mod.select_batch
 
     def spy(state, alpha, rule, **kw):
         batch = orig(state, alpha, rule, **kw)
         captured.append((state.s2_0[torch.tensor(batch)].clone(), alpha))
         return batch
 
-    monkeypatch.setattr(loop_mod, "select_batch", spy)
+    monkeypatch.setattr(engine_mod, "select_batch", spy)
     g = torch.Generator().manual_seed(0)
     X = torch.rand(150, 2, generator=g, dtype=DT)
     f = torch.sin(3 * X).sum(-1)

@@ -9,6 +9,7 @@ import torch
 
 from botorch_sketch.bbkb import GlobalRule, LazyUCBSelector, rebuild, select_batch
 from botorch_sketch.bbkb.selection import PooledUCBSelector
+from botorch_sketch.bbkb.stopping import make_rule
 
 from .conftest import DT, make_state
 
@@ -139,8 +140,15 @@ def test_pooled_selector_grows_its_pool_and_tracks_exact_variances():
         )
     assert 1 < sel.pool_size <= state.num_arms  # the pool was doubled on demand
     assert sel.total_refreshed >= 25
-    with pytest.raises(ValueError, match="argmax"):
-        sel.hallucinate((sel.argmax() + 1) % state.num_arms)
+    # Any arm (a pending one, say) may be hallucinated, not only the argmax.
+    other = (sel.argmax() + 1) % state.num_arms
+    sel.hallucinate(other)
+    chosen.append(other)
+    assert torch.allclose(
+        sel.variances(), state.variances(torch.tensor(chosen)), atol=1e-9
+    )
+    with pytest.raises(ValueError, match="out of range"):
+        sel.hallucinate(state.num_arms)
     with pytest.raises(ValueError, match="pool_size"):
         PooledUCBSelector(state, alpha=1.0, pool_size=0)
     with pytest.raises(ValueError, match="selector"):
@@ -208,3 +216,38 @@ def test_memory_capped_pool_selects_the_same_batch(seed, repeats):
     assert capped == free
     with pytest.raises(ValueError, match="max_pool_bytes"):
         PooledUCBSelector(state, 1.0, max_pool_bytes=0)
+
+
+@pytest.mark.parametrize("allow_repeats", [True, False])
+def test_select_batch_with_pending_and_excluded_arms(allow_repeats):
+    state, _, _ = make_state(seed=5, m=30, n_pulled=60)
+    alpha, pending = 3.0, [4, 17]
+    excluded = torch.zeros(state.num_arms, dtype=torch.bool)
+    excluded[:: 3] = True
+    batch = select_batch(
+        state, alpha, make_rule("global", 2.0), max_batch_size=6,
+        min_batch_size=6, allow_repeats=allow_repeats, excluded=excluded,
+        pending=pending,
+    )  # fmt: skip
+    # The same greedy sequence by brute force: pending arms first hallucinated,
+    # excluded arms never chosen.
+    chosen = list(pending)
+    for i in batch:
+        s2 = state.variances(torch.tensor(chosen))
+        u = state.mu + alpha * s2.sqrt()
+        u[excluded] = -math.inf
+        if not allow_repeats:
+            u[torch.tensor(chosen[len(pending) :], dtype=torch.long)] = -math.inf
+        assert i == int(torch.argmax(u))
+        assert not excluded[i]
+        chosen.append(i)
+    assert len(batch) == 6
+    everything = torch.ones(state.num_arms, dtype=torch.bool)
+    with pytest.raises(ValueError, match="every arm is excluded"):
+        select_batch(state, alpha, make_rule("global", 2.0), excluded=everything)
+    with pytest.raises(ValueError, match="boolean mask"):
+        select_batch(state, alpha, make_rule("global", 2.0), excluded=everything[1:])
+    with pytest.raises(ValueError, match="selector='pool'"):
+        select_batch(
+            state, alpha, make_rule("global", 2.0), selector="lazy", pending=[1]
+        )

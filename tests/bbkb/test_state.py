@@ -170,7 +170,7 @@ def test_float32_state_is_accurate_for_moderate_lam():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_rebuild_and_loop_on_cuda_match_cpu():
-    from botorch_sketch.bbkb import noisy_oracle, run_bbkb
+    from botorch_sketch.loops import noisy_oracle, run_bbkb
 
     state, _, _ = make_state(seed=9)
     dev = torch.device("cuda")

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from botorch_sketch.bbkb import (
-    ExactPosterior,
-    fixed_rbf_kernel,
+from botorch_sketch.bbkb import ExactPosterior, fixed_rbf_kernel
+from botorch_sketch.loops import (
     noisy_oracle,
     run_bbkb,
     run_botorch_fixed_q,
@@ -18,7 +17,7 @@ from botorch_sketch.bbkb import (
     uniform_regret,
 )
 
-from .conftest import DT
+DT = torch.float64
 
 
 def problem(A=300, d=2, seed=0):

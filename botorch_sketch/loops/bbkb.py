@@ -7,11 +7,12 @@ Protocol of BBKB (Calandriello et al., ICML 2020, Alg. 1; BBKB spec Sec. 3 items
    (Alg. 1 L1), with the dictionary ``S = unique(initial arms)`` (App. B.1 base
    case; or BLESS, Sec. 7.3), and build the state.
 2. Repeat until ``T`` points are evaluated: select a batch with the frozen state
-   (:func:`~botorch_sketch.bbkb.selection.select_batch`, cut at the horizon),
-   evaluate the whole batch (synchronous, L17), update pull counts, add the batch's
-   ``log(1 + 3 s2_0)`` to ``beta~``, resample the dictionary among ALL pulled arms
-   with the batch-start variances (L11-L16; an arm pulled ``n_a`` times is kept with
-   probability ``min(1, q_bar n_a s2_0)`` by default, as in the authors' code, or
+   (:meth:`~botorch_sketch.bbkb.engine.BBKBEngine.next_batch`, cut at the
+   horizon), evaluate the whole batch (synchronous, L17), update pull counts, add
+   the batch's ``log(1 + 3 s2_0)`` to ``beta~``, resample the dictionary among
+   ALL pulled arms with the batch-start variances (L11-L16; an arm pulled ``n_a``
+   times is kept with probability ``min(1, q_bar n_a s2_0)`` by default, as in
+   the authors' code, or
    ``1 - (1 - min(1, q_bar s2_0))^{n_a}`` with ``repeats="per_pull"``, see
    :func:`~botorch_sketch.linalg.rls_inclusion_probabilities`; empty-draw fallback
    of :func:`~botorch_sketch.linalg.sample_dictionary`) and rebuild (L18).
@@ -33,22 +34,18 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
-from botorch_sketch import linalg
-from botorch_sketch.bbkb.dense_kernel import DenseKernel, as_dense_kernel
+from botorch_sketch.bbkb.dense_kernel import as_dense_kernel
+from botorch_sketch.bbkb.engine import BBKBEngine, validate_arms
 from botorch_sketch.bbkb.exact import ExactPosterior
-from botorch_sketch.bbkb.learning import KernelFit, KernelLearner, KernelLearning
-from botorch_sketch.bbkb.schedules import BetaSchedule, make_schedule
+from botorch_sketch.bbkb.learning import KernelFit, KernelLearning
+from botorch_sketch.bbkb.schedules import BetaSchedule
 from botorch_sketch.bbkb.selection import (
     DEFAULT_POOL_SIZE,
     StepRecord,
-    select_batch,
 )
 from botorch_sketch.bbkb.state import (
     DEFAULT_CHUNK_SIZE,
     BatchState,
-    IncrementalState,
-    KernelColumnCache,
-    rebuild,
 )
 from botorch_sketch.bbkb.stopping import ProductRule, StoppingRule, make_rule
 
@@ -260,18 +257,9 @@ def _validate(
     init: Tensor | None,
     dtype: torch.dtype = torch.float64,
 ) -> Tensor:
-    if arms.dim() != 2:
-        raise ValueError(
-            f"arms must be an A x d tensor, got shape {tuple(arms.shape)}."
-        )
-    if arms.shape[0] == 0:
-        raise ValueError("the candidate set is empty (A = 0).")
-    if not arms.is_floating_point():
-        raise ValueError(f"arms must be floating point, got {arms.dtype}.")
+    arms = validate_arms(arms, lam, dtype)
     if int(T) != T or T < 1:
         raise ValueError(f"the horizon T must be an integer >= 1, got {T}.")
-    if not lam > 0:
-        raise ValueError(f"lam must be positive, got {lam}.")
     A = arms.shape[0]
     if f_true is not None and f_true.shape != (A,):
         raise ValueError(
@@ -285,9 +273,7 @@ def _validate(
             raise ValueError(f"init indices must lie in [0, {A}).")
         if init.numel() > T:
             raise ValueError(f"{init.numel()} initial arms exceed the horizon T = {T}.")
-    if dtype not in (torch.float32, torch.float64):
-        raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}.")
-    return arms.to(dtype)
+    return arms
 
 
 def _initial_batch(
@@ -314,58 +300,6 @@ def _initial_batch(
         y0 = rec.evaluate(oracle, init).to(torch.float64)
     rec.end_batch(y0, math.nan, 0)
     return init, y0
-
-
-#: Resparsification paths of :func:`run_bbkb`.
-RESPARSIFY_MODES = ("auto", "incremental", "rebuild")
-
-
-class _StateKeeper:
-    """Builds the next batch-start state on the incremental or the rebuild path."""
-
-    def __init__(
-        self,
-        arms: Tensor,
-        kernel: DenseKernel,
-        lam: float,
-        kdiag: Tensor,
-        mode: str,
-        embedding_bytes: int,
-        chunk_size: int,
-        kernel_cache: bool,
-        kernel_cache_bytes: int,
-    ) -> None:
-        self.arms, self.kernel = arms, kernel
-        self.lam, self.kdiag, self.mode = lam, kdiag, mode
-        self.embedding_bytes, self.chunk_size = embedding_bytes, chunk_size
-        self.cache_opts = (kernel_cache, kernel_cache_bytes)
-        self.cache: KernelColumnCache | None = None
-        self.incremental: IncrementalState | None = None
-
-    def _fits(self, m: int) -> bool:
-        need = 1.5 * self.arms.shape[0] * max(m, 1) * self.arms.element_size()
-        return need <= self.embedding_bytes
-
-    def __call__(self, S: Tensor, counts: Tensor, sums: Tensor) -> BatchState:
-        m = torch.unique(S).numel()
-        if self.mode == "incremental" or (self.mode == "auto" and self._fits(m)):
-            if self.incremental is None:
-                self.incremental = IncrementalState(
-                    self.arms, self.kernel, S, counts, sums, self.lam, kdiag=self.kdiag,
-                    chunk_size=self.chunk_size,
-                )  # fmt: skip
-            else:
-                self.incremental.resparsify(S, counts, sums)
-            return self.incremental
-        self.incremental = None  # over the memory budget: bounded-memory rebuilds
-        if self.cache is None and self.cache_opts[0]:
-            self.cache = KernelColumnCache(
-                self.arms, self.kernel, max_bytes=self.cache_opts[1]
-            )
-        return rebuild(
-            self.arms, self.kernel, S, counts, sums, self.lam, kdiag=self.kdiag,
-            chunk_size=self.chunk_size, cache=self.cache,
-        )  # fmt: skip
 
 
 def run_bbkb(
@@ -486,122 +420,39 @@ def run_bbkb(
     rounding.
     """
     arms = _validate(arms, T, lam, f_true, init, dtype)
-    device = arms.device
-    if not q_bar > 0:
-        raise ValueError(f"q_bar must be positive, got {q_bar}.")
-    if resparsify not in RESPARSIFY_MODES:
-        raise ValueError(
-            f"resparsify must be one of {RESPARSIFY_MODES}, got {resparsify!r}."
-        )
-    if repeats not in linalg.REPEAT_RULES:
-        raise ValueError(
-            f"repeats must be one of {linalg.REPEAT_RULES}, got {repeats!r}."
-        )
-    if isinstance(rule, str) and rule == "bkb":
-        C = 1.0
-    rule_obj = make_rule(rule, C)
-    if not C >= 1:
-        raise ValueError(f"the batch threshold C must be >= 1, got {C}.")
     g = _make_generator(generator, seed)
-    xi = math.sqrt(lam) if xi is None else xi
-    delta = 1.0 / (T + 1) if delta is None else delta
-    schedule = make_schedule(beta, C=C, lam=lam, xi=xi, delta=delta, F=F)
-    A = arms.shape[0]
+    engine = BBKBEngine(
+        arms, kernel, lam, C=C, q_bar=q_bar, rule=rule, beta=beta, xi=xi,
+        delta=1.0 / (T + 1) if delta is None else delta, F=F, learn=learn,
+        repeats=repeats, resparsify=resparsify, embedding_bytes=embedding_bytes,
+        chunk_size=chunk_size, kernel_cache=kernel_cache,
+        kernel_cache_bytes=kernel_cache_bytes, pool_size=pool_size, lazy=lazy,
+        dtype=dtype, generator=g,
+    )  # fmt: skip
+    device = arms.device
     rec = _Recorder(
         T, f_true, progress, desc=f"BBKB[{getattr(rule, '__name__', rule)}]"
     )
-
-    learner = _make_learner(learn, kernel, arms)
-
-    def keeper_for(k: Kernel | DenseKernel) -> _StateKeeper:
-        dense = as_dense_kernel(k, arms)
-        return _StateKeeper(
-            arms, dense, lam, dense.diag(arms), resparsify, embedding_bytes,
-            chunk_size, kernel_cache, kernel_cache_bytes,
-        )  # fmt: skip
-
-    keeper = keeper_for(kernel if learner is None else learner.module)
     init_idx, y0 = _initial_batch(rec, arms, oracle, init, init_rewards, g)
-    init_idx, y0 = init_idx.to(device), y0.to(device=device, dtype=arms.dtype)
-    counts = torch.zeros(A, dtype=arms.dtype, device=device).index_add_(
-        0, init_idx, torch.ones_like(y0)
-    )
-    sums = torch.zeros(A, dtype=arms.dtype, device=device).index_add_(0, init_idx, y0)
-    if learner is not None and learner.due(rec.t):
-        learner.fit(arms, counts, sums, lam, g)
-        keeper = keeper_for(learner.module)
-    kernel = keeper.kernel
-    uniq = torch.unique(init_idx)
-    if isinstance(init_dictionary, str):
-        if init_dictionary == "all":
-            S = uniq
-        elif init_dictionary == "bless":
-            S = uniq[
-                linalg.bless_dictionary(arms[uniq], kernel, kernel.diag, lam, q_bar, g)
-            ]
-        else:
-            raise ValueError(f"unknown init_dictionary {init_dictionary!r}.")
-    else:
-        S = torch.as_tensor(init_dictionary, dtype=torch.long)
-    state = keeper(S, counts, sums)
-    schedule.initialize(state, init_idx)
+    engine.start(init_idx, y0, init_dictionary)
 
     while rec.t < T:
-        alpha = schedule.alpha
-        m = state.dict_size
-
-        def record(step: StepRecord, m: int = m) -> None:
-            rec.step(step.arm, m)
-
         cap = T - rec.t if max_batch_size is None else min(max_batch_size, T - rec.t)
-        batch = select_batch(
-            state,
-            alpha,
-            rule_obj,
-            max_batch_size=cap,
-            allow_repeats=allow_repeats,
-            lazy=lazy,
-            recorder=record,
-            pool_size=pool_size,
-        )
+
+        def record(step: StepRecord) -> None:
+            rec.step(step.arm, engine.state.dict_size)
+
+        batch = engine.next_batch(cap, allow_repeats=allow_repeats, recorder=record)
+        state = engine.state
         idx = torch.tensor(batch, dtype=torch.long, device=device)
         y = rec.evaluate(oracle, idx).to(device=device, dtype=arms.dtype)
-        rec.end_batch(y, alpha, m, state.rank)
-        schedule.update(state.s2_0[idx])
-        counts.index_add_(0, idx, torch.ones_like(y))
-        sums.index_add_(0, idx, y)
-        if rec.t >= T:
-            break
-        if learner is not None and learner.due(rec.t):
-            learner.fit(arms, counts, sums, lam, g)
-            keeper = keeper_for(learner.module)
-            # The embedding changes with the kernel: rebuild, then resample the
-            # dictionary below with the new kernel's variances.
-            state = keeper(state.S_idx, counts, sums)
-        pulled = (counts > 0).nonzero().squeeze(-1)
-        draw = linalg.sample_dictionary(
-            state.s2_0[pulled], q_bar, counts[pulled], g, repeats=repeats
-        )
-        if draw.fallback:
-            logger.info("empty dictionary draw at t=%d; kept the argmax point.", rec.t)
-        state = keeper(pulled[draw.selected], counts, sums)
+        rec.end_batch(y, engine.alpha, state.dict_size, state.rank)
+        engine.observe(idx, y)
     return rec.result(
-        final_state=state,
-        kernel=keeper.kernel.module,
-        kernel_fits=[] if learner is None else learner.history,
+        final_state=engine.state,
+        kernel=engine.kernel,
+        kernel_fits=engine.kernel_fits,
     )
-
-
-def _make_learner(
-    learn: bool | KernelLearning, kernel: Kernel, arms: Tensor
-) -> KernelLearner | None:
-    if learn is False or learn is None:
-        return None
-    if learn is True:
-        learn = KernelLearning()
-    if not isinstance(learn, KernelLearning):
-        raise ValueError(f"learn must be a bool or a KernelLearning, got {learn!r}.")
-    return KernelLearner(kernel, learn, dtype=arms.dtype, device=arms.device)
 
 
 def run_gp_bucb(
