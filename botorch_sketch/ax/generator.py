@@ -64,14 +64,22 @@ from botorch.acquisition.multi_objective.logei import (
 )
 from botorch.utils.datasets import SupervisedDataset
 
+from botorch_sketch.ax.library import BBKBLibraryGenerator
 from botorch_sketch.models.nystrom import NystromGP
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SKETCH_GENERATOR_KEY", "SketchBoTorchGenerator", "SketchGenerators"]
+__all__ = [
+    "LIBRARY_GENERATOR_KEY",
+    "SKETCH_GENERATOR_KEY",
+    "SketchBoTorchGenerator",
+    "SketchGenerators",
+]
 
 #: Registry key of :class:`SketchBoTorchGenerator` (stored in generator runs).
 SKETCH_GENERATOR_KEY = "BoTorchSketch"
+#: Registry key of :class:`~botorch_sketch.ax.library.BBKBLibraryGenerator`.
+LIBRARY_GENERATOR_KEY = "BBKBLibrary"
 
 #: Single-objective acquisition functions a multi-objective experiment replaces by
 #: :data:`MULTI_OBJECTIVE_ACQF` (a strategy's model works for any number of
@@ -241,6 +249,14 @@ _SETUPS: dict[str, GeneratorSetup] = {
         # Passed back at every fit; kept in generator_state_after_gen only.
         not_saved_generator_kwargs=["sketch_state"],
     ),
+    LIBRARY_GENERATOR_KEY: GeneratorSetup(
+        adapter_class=TorchAdapter,
+        generator_class=BBKBLibraryGenerator,
+        # Inputs only: the engine keeps reward sums, so the rewards' scaling is
+        # frozen by the generator itself, not re-fitted by Ax at every call.
+        transforms=MBM_X_trans,
+        not_saved_generator_kwargs=["engine_state"],
+    ),
 }
 
 
@@ -248,6 +264,7 @@ class SketchGenerators(GeneratorRegistryBase):
     r"""Generator registry entries of this package (like Ax's ``Generators``)."""
 
     BOTORCH_SKETCH = SKETCH_GENERATOR_KEY
+    BBKB_LIBRARY = LIBRARY_GENERATOR_KEY
 
     @property
     def GENERATOR_KEY_TO_GENERATOR_SETUP(self) -> dict[str, GeneratorSetup]:  # noqa: N802

@@ -68,6 +68,14 @@ def _candidate_set(value: Any, key: str) -> None:
         raise ValueError(f"{key} contains NaN or Inf.")
 
 
+def _one_of(*choices: str) -> Validator:
+    def check(value: Any, key: str) -> None:
+        if value not in choices:
+            raise ValueError(f"{key} must be one of {choices}, got {value!r}.")
+
+    return check
+
+
 def _optional(check: Validator) -> Validator:
     def optional(value: Any, key: str) -> None:
         if value is not None:
@@ -100,6 +108,11 @@ VALIDATORS: dict[str, Validator] = {
     "subset_size": _positive_int,
     "lambda_": _finite(0.0, strict=True),
     "oracle_steps": _positive_int,
+    "lam": _finite(0.0, strict=True),
+    "learn": _boolean,
+    "lengthscale": _finite(0.0, strict=True),
+    "standardize": _boolean,
+    "schedule": _one_of("paper", "reference_code"),
 }
 
 

@@ -63,6 +63,7 @@ from botorch_sketch.acquisition.bbkb import BatchUpperConfidenceBound
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
 from botorch_sketch.ax.checks import ExperimentCheck
 from botorch_sketch.ax.generator import SketchGenerators
+from botorch_sketch.ax.library import LIBRARY_OPTIONS
 from botorch_sketch.ax.options import validate_options
 from botorch_sketch.models.goucb import GOUCBModel
 from botorch_sketch.models.gssbo import GradientSubsetGP
@@ -131,6 +132,7 @@ _NYSTROM_OPTIONS: dict[str, Any] = {
     **_SKETCH_OPTIONS,
     "candidate_set": None,
     "allow_repeats": False,
+    **LIBRARY_OPTIONS,
 }
 _BBKB_OPTIONS: dict[str, Any] = {
     **_NYSTROM_OPTIONS,
@@ -142,6 +144,9 @@ _BBKB_OPTIONS: dict[str, Any] = {
 
 def _nystrom_kwargs(rule: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     def build(opts: dict[str, Any]) -> dict[str, Any]:
+        if opts["candidate_set"] is not None:
+            return _library_kwargs(rule, opts)
+        _check_unused(opts, LIBRARY_OPTIONS, "with a candidate_set (BBKB engine)")
         model_options = {"seed": opts["seed"]}
         model_options.update({key: opts[key] for key in _SKETCH_OPTIONS})
         acqf_options = {
@@ -173,6 +178,31 @@ def _nystrom_kwargs(rule: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
         }
 
     return build
+
+
+def _library_kwargs(rule: str, opts: dict[str, Any]) -> dict[str, Any]:
+    r"""A finite library: the BBKB engine (:mod:`botorch_sketch.ax.library`)."""
+    sketch_only = {k: v for k, v in _SKETCH_OPTIONS.items() if k != "q_bar"}
+    _check_unused(opts, sketch_only, "without a candidate_set (NystromGP)")
+    keys = ("q_bar", "alpha", "beta", "allow_repeats", "seed", *LIBRARY_OPTIONS)
+    return {
+        "candidate_set": opts["candidate_set"],
+        "rule": rule,
+        "C": float(opts.get("C", 1.0)),
+        "max_batch_size": opts.get("max_batch_size"),
+        "min_batch_size": opts.get("min_batch_size", 1),
+        **{key: opts[key] for key in keys},
+    }
+
+
+def _check_unused(opts: dict[str, Any], defaults: dict[str, Any], where: str) -> None:
+    changed = sorted(k for k, v in defaults.items() if opts.get(k, v) != v)
+    if changed:
+        raise ValueError(f"option(s) {changed} only apply {where}.")
+
+
+def _uses_library(recipe: StrategyRecipe, opts: dict[str, Any]) -> bool:
+    return "candidate_set" in recipe.options and opts["candidate_set"] is not None
 
 
 # -------------------------------------------------------------------------------
@@ -333,7 +363,9 @@ def get_generation_strategy(name: str, **options: Any) -> GenerationStrategy:
     opts.update(options)
     validate_options(opts)
     generator_kwargs = recipe.generator_kwargs(opts)
-    generator_kwargs["warm_start_refit"] = False
+    library = _uses_library(recipe, opts)
+    if not library:
+        generator_kwargs["warm_start_refit"] = False
     generator_kwargs["seed"] = opts["seed"]
     optimizer_kwargs = {
         "num_restarts": opts["num_restarts"],
@@ -367,7 +399,11 @@ def get_generation_strategy(name: str, **options: Any) -> GenerationStrategy:
         name=recipe.node_name,
         generator_specs=[
             GeneratorSpec(
-                generator_enum=SketchGenerators.BOTORCH_SKETCH,
+                generator_enum=(
+                    SketchGenerators.BBKB_LIBRARY
+                    if library
+                    else SketchGenerators.BOTORCH_SKETCH
+                ),
                 generator_kwargs=generator_kwargs,
                 generator_gen_kwargs={
                     "model_gen_options": {"optimizer_kwargs": optimizer_kwargs}

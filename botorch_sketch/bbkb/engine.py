@@ -300,6 +300,7 @@ class BBKBEngine:
         excluded: Tensor | None = None,
         pending: Sequence[int] = (),
         recorder: Callable[[StepRecord], None] | None = None,
+        maximize: bool = True,
     ) -> list[int]:
         r"""The next batch (Alg. 1 L4-L8), after the lazy resampling of step 4.
 
@@ -311,6 +312,9 @@ class BBKBEngine:
             pending: Arms under evaluation (hallucinated before the first choice).
             recorder: Callback receiving a
                 :class:`~botorch_sketch.bbkb.selection.StepRecord` per step.
+            maximize: ``False`` selects by ``-mu + alpha sigma~`` (the rewards
+                are then losses). Everything else about the state is unchanged:
+                variances, ``beta~`` and the dictionary do not depend on the sign.
 
         Returns:
             The chosen arm indices, in selection order.
@@ -318,7 +322,7 @@ class BBKBEngine:
         if self._stale:
             self._resample()
         return select_batch(
-            self.state,
+            self.state if maximize else _NegatedMean(self.state),
             self.alpha,
             self.rule,
             max_batch_size=max_batch_size,
@@ -341,6 +345,52 @@ class BBKBEngine:
         self.schedule.update(self.state.s2_0[idx])
         self._record(idx, y)
         self._stale = True
+
+    def predict(
+        self,
+        X: Tensor,
+        train_X: Tensor | None = None,
+        train_rewards: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        r"""Posterior mean and variance of the reward at any points ``X``.
+
+        The DTC posterior with the current kernel and dictionary ``S`` (BBKB
+        Eq. 1 and Eq. 3, ``var = lam s2``) of every observation so far, or of
+        ``train_X, train_rewards`` instead (e.g. a cross-validation fold),
+        computed on the small arm set ``S u train u X``: ``O((m + n + j) m r)``,
+        no ``A``-sized work.
+
+        Args:
+            X: ``j x d`` points in the arms' space (arms or not).
+            train_X: Optional ``n x d`` training points.
+            train_rewards: Their ``n`` rewards.
+
+        Returns:
+            ``(mean, variance)``, two ``j`` tensors.
+        """
+        d = self.arms.shape[-1]
+        if X.dim() != 2 or X.shape[-1] != d:
+            raise ValueError(f"X must be j x {d}, got {tuple(X.shape)}.")
+        if train_X is None:
+            pulled = (self.counts > 0).nonzero().squeeze(-1)
+            rows = self.arms[pulled]
+            counts, sums = self.counts[pulled], self.reward_sums[pulled]
+        else:
+            rows = train_X.to(self.arms)
+            sums = torch.as_tensor(train_rewards).to(self.arms).reshape(-1)
+            if rows.dim() != 2 or rows.shape != (sums.numel(), d):
+                raise ValueError("train_X must be n x d with n train_rewards.")
+            counts = torch.ones_like(sums)
+        S = self.state.S_idx
+        m, X = S.numel(), X.to(self.arms)
+        pad = X.new_zeros(m + X.shape[0])
+        sub = rebuild(
+            torch.cat([self.arms[S], rows, X]), self._keeper.kernel,
+            torch.arange(m), torch.cat([pad[:m], counts, pad[m:]]),
+            torch.cat([pad[:m], sums, pad[m:]]), self.lam,
+        )  # fmt: skip
+        j = m + rows.shape[0]
+        return sub.mu[j:], self.lam * sub.s2_0[j:]
 
     # ------------------------------------------------------------- checkpoints
     def checkpoint(self) -> dict[str, Any]:
@@ -471,6 +521,17 @@ class BBKBEngine:
             )
         self._state = self._keeper(pulled[draw.selected], self.counts, self.reward_sums)
         self._stale = False
+
+
+class _NegatedMean:
+    """A view of a state with the mean ``-mu`` (everything else delegated)."""
+
+    def __init__(self, state: BatchState) -> None:
+        self._state = state
+        self.mu = -state.mu
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._state, name)
 
 
 def _is_number(value: object) -> bool:
