@@ -37,93 +37,57 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ax.benchmark.benchmark import benchmark_replication  # noqa: E402
 from ax.benchmark.benchmark_method import BenchmarkMethod  # noqa: E402
-from ax.benchmark.methods.modular_botorch import (  # noqa: E402
-    get_sobol_botorch_modular_acquisition,
-)
 from ax.benchmark.problems.registry import get_benchmark_problem  # noqa: E402
+from ax_benchmark import (  # noqa: E402
+    botorch_method,
+    final_rows,
+    plot_regret,
+    replicate,
+    sketch_method,
+    summary_cells,
+)
 from botorch.acquisition import (  # noqa: E402
     qLogNoisyExpectedImprovement,
     qUpperConfidenceBound,
 )
-from botorch.models import SingleTaskGP  # noqa: E402
 from harness import (  # noqa: E402
     RESULTS,
     figure,
     markdown_table,
     mean_sd,
     read_csv,
-    timed,
     write_csv,
     write_report,
 )
 
-from botorch_sketch.ax import get_generation_strategy  # noqa: E402
-
 OPTIMUM = -3.32237
 METHODS = ("bbkb k-fill", "bbkb adaptive", "qUCB", "qLogNEI")
+COLUMNS = ("method", "seeds", "rounds", "evaluations", "best value", "worst seed")
+COLUMNS += ("simple regret", "Ax fit + gen wall [s]")
 
 
 def make_method(name: str, k: int, sobol_rounds: int, seed: int) -> BenchmarkMethod:
     """The ``BenchmarkMethod`` of ``name`` with batches of (at most) ``k`` arms."""
     if name.startswith("bbkb"):
         options = {"min_batch_size": k} if name == "bbkb k-fill" else {}
-        strategy = get_generation_strategy(
-            "bbkb", seed=seed, initialization_budget=sobol_rounds, **options
+        return sketch_method(
+            name, "bbkb", seed=seed, sobol_trials=sobol_rounds, batch_size=k, **options
         )
-        return BenchmarkMethod(name=name, generation_strategy=strategy, batch_size=k)
     acqf = {"qUCB": qUpperConfidenceBound, "qLogNEI": qLogNoisyExpectedImprovement}
-    return get_sobol_botorch_modular_acquisition(
-        SingleTaskGP,
-        acqf[name],
-        name=name,
-        num_sobol_trials=sobol_rounds,
-        batch_size=k,
-    )
+    return botorch_method(name, acqf[name], sobol_trials=sobol_rounds, batch_size=k)
 
 
 def run(args: argparse.Namespace) -> list[dict]:
     """Every method and seed; one row per replication and round."""
-    rows = []
     problem = get_benchmark_problem(
         "hartmann6", noise_std=args.noise, num_trials=args.sobol_rounds + args.rounds
     )
+    rows = []
     for seed in range(args.seeds):
         for name in args.methods:
             method = make_method(name, args.k, args.sobol_rounds, seed)
-            result, clock = timed(
-                lambda method=method, seed=seed: benchmark_replication(
-                    problem=problem,
-                    method=method,
-                    seed=seed,
-                    orchestrator_logging_level=logging.WARNING,
-                )
-            )
-            evaluations = 0
-            trials = result.experiment.trials.values()
-            traces = zip(trials, result.oracle_trace, strict=True)
-            for round_, (trial, best) in enumerate(traces):
-                evaluations += len(trial.arms)
-                rows.append(
-                    {
-                        "method": name,
-                        "seed": seed,
-                        "round": round_ + 1,
-                        "evaluations": evaluations,
-                        "best": float(best),
-                        "fit_s": result.fit_time,
-                        "gen_s": result.gen_time,
-                        "wall_s": clock["wall_s"],
-                        "cpu_s": clock["cpu_s"],
-                        "load": clock["load"],
-                    }
-                )
-            print(
-                f"{name} seed {seed}: best {rows[-1]['best']:.3f}, "
-                f"{evaluations} evaluations, {clock['cpu_s']:.0f} s CPU",
-                flush=True,
-            )
+            rows += replicate(problem, method, seed, method=name)
     return rows
 
 
@@ -131,25 +95,17 @@ def summarise(rows: list[dict]) -> list[dict]:
     """Per-method numbers after the last round (mean ± sd over seeds)."""
     summary = []
     for name in METHODS:
-        mine = [r for r in rows if r["method"] == name]
-        if not mine:
-            continue
-        last_round = max(r["round"] for r in mine)
-        final = [r for r in mine if r["round"] == last_round]
-        summary.append(
-            {
-                "method": name,
-                "seeds": len(final),
-                "rounds": int(last_round),
-                "evaluations": mean_sd([r["evaluations"] for r in final], "{:.0f}"),
-                "best value": mean_sd([r["best"] for r in final], "{:.3f}"),
-                "worst seed": f"{max(r['best'] for r in final):.3f}",
-                "simple regret": mean_sd([r["best"] - OPTIMUM for r in final]),
-                "Ax fit + gen wall [s]": mean_sd(
-                    [r["gen_s"] + r["fit_s"] for r in final], "{:.1f}"
-                ),
-            }
-        )
+        final = final_rows(rows, method=name)
+        if final:
+            summary.append(
+                {
+                    "method": name,
+                    "seeds": len(final),
+                    "rounds": int(final[0]["round"]),
+                    "evaluations": mean_sd([r["evaluations"] for r in final], "{:.0f}"),
+                    **summary_cells(final, OPTIMUM),
+                }
+            )
     return summary
 
 
@@ -158,20 +114,9 @@ def plot(rows: list[dict], path: Path) -> None:
     fig, axes = figure(1, 2, figsize=(11, 4))
     for name in METHODS:
         mine = [r for r in rows if r["method"] == name]
-        if not mine:
-            continue
-        rounds = sorted({int(r["round"]) for r in mine})
         for ax, key in zip(axes, ("round", "evaluations"), strict=True):
-            xs, med, lo, hi = [], [], [], []
-            for t in rounds:
-                at = [r for r in mine if int(r["round"]) == t]
-                vals = sorted(r["best"] - OPTIMUM for r in at)
-                xs.append(sum(r[key] for r in at) / len(at))
-                med.append(vals[len(vals) // 2])
-                lo.append(vals[0])
-                hi.append(vals[-1])
-            ax.plot(xs, med, label=name)
-            ax.fill_between(xs, lo, hi, alpha=0.15)
+            if mine:
+                plot_regret(ax, mine, key, OPTIMUM)
     for ax, label in zip(axes, ("batch round", "evaluations"), strict=True):
         ax.set_xlabel(label)
         ax.set_ylabel("simple regret (best true value - optimum)")
@@ -216,7 +161,7 @@ def main() -> None:
             "(Ax's oracle trace) after the last round; cells mean ± sd over seeds. "
             "*bbkb adaptive* evaluates only the points its rule chose (at most k "
             "per round), so it uses fewer evaluations per round.",
-            markdown_table(summary),
+            markdown_table(summary, COLUMNS),
             f"![best value vs rounds and evaluations]({args.out.name}.png)",
         ],
     )
