@@ -37,6 +37,7 @@ from ax.generation_strategy.transition_criterion import MinTrials
 from ax.utils.common.random import with_rng_seed
 
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
+from botorch_sketch.ax.generator import SketchGenerators
 
 logger = logging.getLogger(__name__)
 
@@ -216,9 +217,11 @@ def _generating_node(
 
 
 def _is_adaptive(node: GenerationNode) -> bool:
-    r"""Whether ``node`` generates with ``AdaptiveBatchAcquisition``."""
+    r"""Whether ``node`` lets BBKB choose the batch size: it generates with
+    ``AdaptiveBatchAcquisition`` or with the BBKB engine of a finite library."""
     return any(
         spec.generator_kwargs.get("acquisition_class") is AdaptiveBatchAcquisition
+        or spec.generator_enum is SketchGenerators.BBKB_LIBRARY
         for spec in node.generator_specs
     )
 

@@ -1,0 +1,174 @@
+"""BBKBLibraryGenerator: a finite library in Ax runs the same engine as run_bbkb."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from ax import Client, RangeParameterConfig
+from ax.exceptions.core import SearchSpaceExhausted
+from gpytorch.kernels import RBFKernel, ScaleKernel
+
+from botorch_sketch.ax import get_generation_strategy, get_next_batch
+from botorch_sketch.ax import library as library_mod
+from botorch_sketch.loops import run_bbkb
+
+D, A, LAM = 3, 300, 1e-3
+NAMES = [f"x{i}" for i in range(D)]
+
+
+def make_library(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(A, D, generator=g, dtype=torch.float64)
+    f = torch.sin(4 * X[:, 0]) + torch.cos(3 * X[:, 1]) * X[:, 2]
+    return X, f
+
+
+def library_client(X: torch.Tensor, init: list[int], f: torch.Tensor, **options):
+    client = Client(random_seed=0)
+    client.configure_experiment(
+        parameters=[
+            RangeParameterConfig(name=n, parameter_type="float", bounds=(0.0, 1.0))
+            for n in NAMES
+        ]
+    )
+    client.configure_optimization(objective="f")
+    strategy = get_generation_strategy(
+        "bbkb", candidate_set=X, initialization_budget=len(init), **options
+    )
+    client.set_generation_strategy(strategy)
+    for i in init:  # the initial points are library rows, as in run_bbkb
+        index = client.attach_trial(dict(zip(NAMES, X[i].tolist(), strict=True)))
+        client.complete_trial(index, raw_data={"f": float(f[i])})
+    return client
+
+
+def row_of(parameters: dict, X: torch.Tensor) -> int:
+    x = torch.tensor([parameters[n] for n in NAMES], dtype=torch.float64)
+    return int((X - x).abs().amax(-1).argmin())
+
+
+def run_ax(client, X, f, T: int, max_batch_size: int, forget: bool = False):
+    """The rows of at least ``T`` trials, as a list of batches."""
+    batches = []
+    while sum(map(len, batches)) < T:
+        if forget:  # every call restores the engine from Ax's generator state
+            library_mod._RUNS.clear()
+        batch = get_next_batch(client, max_batch_size=max_batch_size)
+        rows = []
+        for index, parameters in batch.items():
+            rows.append(row_of(parameters, X))
+            client.complete_trial(index, raw_data={"f": float(f[rows[-1]])})
+        batches.append(rows)
+    return batches
+
+
+def reference_kernel() -> ScaleKernel:
+    kernel = ScaleKernel(RBFKernel(ard_num_dims=D)).to(torch.float64)
+    kernel.base_kernel.lengthscale = torch.full((1, D), 0.2)
+    kernel.outputscale = torch.tensor(1.0)
+    kernel.raw_outputscale.requires_grad_(False)
+    return kernel
+
+
+OPTIONS = dict(lam=LAM, standardize=False, allow_repeats=True, seed=3)
+
+
+@pytest.mark.parametrize("learn", [False, True])
+def test_ax_library_makes_the_same_choices_as_run_bbkb(learn):
+    X, f = make_library()
+    init, T, cap = [5, 17], 40, 8
+    ref = run_bbkb(
+        X, lambda idx: f[idx], T, reference_kernel(), LAM, C=2.0, q_bar=2.0,
+        rule="global", beta="paper", delta=0.01, init=torch.tensor(init),
+        max_batch_size=cap, allow_repeats=True, seed=3, progress=False, learn=learn,
+    )  # fmt: skip
+    client = library_client(X, init, f, learn=learn, max_batch_size=cap, **OPTIONS)
+    batches = run_ax(client, X, f, T - len(init), cap)
+    expected = [
+        sorted(ref.arms[ref.batch_id == b].tolist()) for b in range(1, ref.num_batches)
+    ]
+    # Ax merges a row repeated in a batch into one weighted arm, so a batch's
+    # trials are its choices in another order; the last batch is cut at T.
+    assert [sorted(b) for b in batches[:-1]] == expected[: len(batches) - 1]
+    assert sum(len(b) > 1 for b in batches) >= (3 if learn else 0)
+
+
+def test_restored_engine_continues_like_the_cached_one():
+    X, f = make_library(1)
+    init = [0, 1, 2]
+    cached = run_ax(library_client(X, init, f, **OPTIONS), X, f, 20, 6)
+    restored = run_ax(library_client(X, init, f, **OPTIONS), X, f, 20, 6, forget=True)
+    assert restored == cached
+
+
+def test_saved_and_loaded_client_continues(tmp_path):
+    X, f = make_library(2)
+    init = [3, 4]
+    client = library_client(X, init, f, **OPTIONS)
+    first = run_ax(client, X, f, 12, 4)
+    path = str(tmp_path / "run.json")
+    client.save_to_json_file(path)
+    rest = run_ax(client, X, f, 12, 4)
+    library_mod._RUNS.clear()
+    loaded = Client.load_from_json_file(path)
+    assert run_ax(loaded, X, f, 12, 4) == rest
+    assert sum(map(len, first)) >= 12
+
+
+def test_without_repeats_the_library_is_used_up_then_exhausted():
+    X, f = make_library(3)
+    X, f = X[:12], f[:12]
+    client = library_client(X, [0], f, lam=LAM, seed=0)
+    chosen = sum(run_ax(client, X, f, 11, 5), [])
+    assert sorted(chosen) == list(range(1, 12))
+    with pytest.raises(SearchSpaceExhausted):
+        get_next_batch(client, max_batch_size=5)
+
+
+def test_sobol_points_become_extra_arms_never_proposed(caplog):
+    X, f = make_library(4)
+    client = Client(random_seed=0)
+    client.configure_experiment(
+        parameters=[
+            RangeParameterConfig(name=n, parameter_type="float", bounds=(0.0, 1.0))
+            for n in NAMES
+        ]
+    )
+    client.configure_optimization(objective="-f")  # minimised
+    client.set_generation_strategy(
+        get_generation_strategy("bbkb", candidate_set=X, initialization_budget=4)
+    )
+
+    def value(p: dict) -> float:
+        x = torch.tensor([p[n] for n in NAMES], dtype=torch.float64)
+        return float(torch.sin(4 * x[0]) + torch.cos(3 * x[1]) * x[2])
+
+    for index, p in client.get_next_trials(max_trials=4).items():
+        client.complete_trial(index, raw_data={"f": value(p)})
+    rows = []
+    with caplog.at_level(logging.INFO, logger="botorch_sketch.ax.library"):
+        for _ in range(4):
+            for index, p in get_next_batch(client, max_batch_size=5).items():
+                i = row_of(p, X)
+                assert (X[i] - torch.tensor([p[n] for n in NAMES])).abs().max() < 1e-6
+                rows.append(i)
+                client.complete_trial(index, raw_data={"f": value(p)})
+    assert "starting again" not in caplog.text  # the engine was kept
+    assert len(set(rows)) == len(rows)  # no repeats by default
+    # A minimised objective: the proposals are better than the library average.
+    assert float(f[rows].mean()) < float(f.mean())
+    best, prediction, _, _ = client.get_best_parameterization()
+    assert prediction["f"][0] == pytest.approx(value(best), abs=0.5)
+
+
+def test_library_only_options_are_refused_on_a_box():
+    with pytest.raises(ValueError, match="only apply with a candidate_set"):
+        get_generation_strategy("bbkb", lam=0.1)
+    with pytest.raises(ValueError, match="only apply without a candidate_set"):
+        get_generation_strategy(
+            "bbkb", candidate_set=torch.rand(5, 2), max_dictionary_size=10
+        )
+    with pytest.raises(ValueError, match="schedule"):
+        get_generation_strategy("bbkb", candidate_set=torch.rand(5, 2), schedule="x")
