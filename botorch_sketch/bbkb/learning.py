@@ -230,6 +230,18 @@ class KernelLearner:
         return record
 
 
+def _mll_value(mll: ExactMarginalLogLikelihood) -> float:
+    r"""The marginal log likelihood per point at the current values."""
+    model = mll.model
+    model.train()
+    with torch.no_grad():
+        try:
+            out = mll(model(*model.train_inputs), model.train_targets)
+        except (RuntimeError, ValueError):  # e.g. a failed Cholesky
+            return -math.inf
+    return float(out.sum())
+
+
 def fit_exact_mll(
     kernel: Kernel,
     X: Tensor,
@@ -281,14 +293,26 @@ def fit_exact_mll(
             botorch_settings.validate_input_scaling(False),
             gpytorch.settings.max_cholesky_size(max(X.shape[0], 800)),
         ):
+            start = _mll_value(mll)
+            # L-BFGS-B often ends a warm-started run with an abnormal line search
+            # (flat directions, e.g. the lengthscale of an irrelevant input): the
+            # values it reached are kept when they improve the likelihood.
             fit_gpytorch_mll(
                 mll,
                 optimizer_kwargs={"options": {"maxiter": max_iterations}},
                 max_attempts=1,
+                warning_handler=lambda _: True,
             )
-    except ModelFittingError:
-        logger.warning("kernel refit failed on %d points; values kept.", X.shape[0])
+            end = _mll_value(mll)
+        if not (math.isfinite(end) and end >= start - 1e-9 * (1 + abs(start))):
+            raise ModelFittingError(f"likelihood fell from {start:.6g} to {end:.6g}")
+    except ModelFittingError as err:
+        logger.warning(
+            "kernel refit failed on %d points (%s); values kept.", X.shape[0], err
+        )
         kernel.load_state_dict(saved)
+        if misfit is not None:
+            likelihood.second_noise = misfit
         return False, misfit
     except Exception:
         kernel.load_state_dict(saved)

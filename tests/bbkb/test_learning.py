@@ -121,3 +121,25 @@ def test_a_failed_fit_keeps_the_previous_values(monkeypatch, error):
             learner.fit(X, counts, f, 1e-2, g)
     for k, v in learner.module.state_dict().items():
         assert torch.equal(v, before[k])
+
+
+@pytest.mark.parametrize("lengthscale, kept", [(0.25, True), (40.0, False)])
+def test_a_fit_is_kept_only_when_the_likelihood_improves(
+    monkeypatch, lengthscale, kept
+):
+    """An optimiser run that ends with a warning (e.g. L-BFGS-B's abnormal line
+    search) keeps its values if the likelihood rose, and is undone if it fell."""
+    X, f = gp_sample_problem(4, A=60)
+    learner = KernelLearner(trainable_rbf(0.7), KernelLearning(misfit=False))
+    before = float(learner.module.base_kernel.lengthscale)
+
+    def end_with_a_warning(mll, **kwargs):
+        assert kwargs["warning_handler"](None)  # warnings do not fail the fit
+        mll.model.covar_module.base_kernel.lengthscale = lengthscale
+
+    monkeypatch.setattr(learning_module, "fit_gpytorch_mll", end_with_a_warning)
+    counts = torch.ones(60, dtype=DT)
+    fit = learner.fit(X, counts, f, 1e-2, torch.Generator().manual_seed(0))
+    after = float(learner.module.base_kernel.lengthscale)
+    assert fit.success is kept
+    assert after == pytest.approx(lengthscale if kept else before)
