@@ -15,6 +15,8 @@ Example:
 
 from botorch_sketch.ax import fit, input_constructors  # noqa: F401  (registration)
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
+from botorch_sketch.ax.encoding import encode_library
+from botorch_sketch.ax.library import BBKBLibraryGenerator
 from botorch_sketch.ax.storage import register_with_ax
 from botorch_sketch.ax.strategies import (
     get_generation_strategy,
@@ -27,6 +29,8 @@ register_with_ax()
 
 __all__ = [
     "AdaptiveBatchAcquisition",
+    "BBKBLibraryGenerator",
+    "encode_library",
     "get_generation_strategy",
     "get_next_batch",
     "list_generation_strategies",

@@ -19,9 +19,10 @@ from typing import Any
 
 from ax.core.experiment import Experiment
 from ax.core.optimization_config import MultiObjectiveOptimizationConfig
-from ax.core.parameter import FixedParameter, RangeParameter
 from ax.exceptions.core import UnsupportedError
 from ax.generation_strategy.transition_criterion import TransitionCriterion
+
+from botorch_sketch.ax.encoding import model_space
 
 __all__ = ["ExperimentCheck"]
 
@@ -81,21 +82,13 @@ class ExperimentCheck(TransitionCriterion):
         )
 
     def _check_candidate_width(self, experiment: Experiment) -> None:
-        params = [
-            p
-            for p in experiment.search_space.parameters.values()
-            if not isinstance(p, FixedParameter)
-        ]
-        if not all(isinstance(p, RangeParameter) for p in params):
-            raise UnsupportedError(
-                f"Strategy {self.strategy!r}: a candidate_set needs range (float or "
-                "int) parameters only, one column each; this experiment has choice "
-                "parameters (encode them as numeric columns in the library)."
-            )
-        if len(params) != self.candidate_width:
+        names = list(model_space(experiment.search_space).parameters)
+        if len(names) != self.candidate_width:
             raise ValueError(
                 f"Strategy {self.strategy!r}: candidate_set has "
                 f"{self.candidate_width} columns but the experiment has "
-                f"{len(params)} parameters ({', '.join(p.name for p in params)}); "
-                "give one column per parameter, in parameter order and units."
+                f"{len(names)} in Ax's model space ({', '.join(names)}); give one "
+                "column per range parameter, in parameter order and units, or "
+                "make the rows with botorch_sketch.ax.encode_library (choice "
+                "parameters one-hot or numbered as Ax encodes them)."
             )

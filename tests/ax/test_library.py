@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 
 import pytest
 import torch
-from ax import Client, RangeParameterConfig
+from ax import ChoiceParameterConfig, Client, RangeParameterConfig
 from ax.exceptions.core import SearchSpaceExhausted
 from gpytorch.kernels import RBFKernel, ScaleKernel
 
-from botorch_sketch.ax import get_generation_strategy, get_next_batch
+from botorch_sketch.ax import encode_library, get_generation_strategy, get_next_batch
 from botorch_sketch.ax import library as library_mod
 from botorch_sketch.loops import run_bbkb
 
@@ -172,3 +173,48 @@ def test_library_only_options_are_refused_on_a_box():
         )
     with pytest.raises(ValueError, match="schedule"):
         get_generation_strategy("bbkb", candidate_set=torch.rand(5, 2), schedule="x")
+
+
+def test_categorical_library_encoded_with_ax_transforms():
+    client = Client(random_seed=0)
+    client.configure_experiment(
+        parameters=[
+            RangeParameterConfig(name="x", parameter_type="float", bounds=(0.0, 1.0)),
+            ChoiceParameterConfig(
+                name="c", parameter_type="str", values=["a", "b", "c"]
+            ),
+            ChoiceParameterConfig(
+                name="o", parameter_type="int", values=[1, 2, 4, 8], is_ordered=True
+            ),
+        ]
+    )
+    client.configure_optimization(objective="f")
+    library = [
+        {"x": x / 9, "c": c, "o": o}
+        for x, c, o in itertools.product(range(10), "abc", [1, 2, 4, 8])
+    ]
+    rows = encode_library(client, library)
+    assert rows.shape == (120, 5)  # x, o's index and c one-hot (3 columns)
+    binary = [j for j in range(5) if set(rows[:, j].tolist()) <= {0.0, 1.0}]
+    assert len(binary) == 3  # c one-hot
+    assert torch.equal(rows[:, binary].sum(-1), torch.ones(120, dtype=rows.dtype))
+    with pytest.raises(ValueError, match="not in the search space"):
+        encode_library(client, [{"x": 2.0, "c": "a", "o": 1}])
+    client.set_generation_strategy(
+        get_generation_strategy("bbkb", candidate_set=rows, initialization_budget=3)
+    )
+
+    def value(p: dict) -> dict:
+        level = {"a": 0.0, "b": 0.3, "c": 0.1}[p["c"]]
+        return {"f": -((p["x"] - 0.3) ** 2) + level - 0.02 * p["o"]}
+
+    for index, p in client.get_next_trials(max_trials=3).items():
+        client.complete_trial(index, raw_data=value(p))
+    proposed = []
+    for _ in range(3):
+        for index, p in get_next_batch(client, max_batch_size=4).items():
+            proposed.append((round(p["x"], 9), p["c"], p["o"]))
+            client.complete_trial(index, raw_data=value(p))
+    keys = {(round(e["x"], 9), e["c"], e["o"]) for e in library}
+    assert proposed and set(proposed) <= keys
+    assert len(set(proposed)) == len(proposed)
