@@ -74,6 +74,7 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("benchmarks/bench_ax.py", ()),
     ("benchmarks/bench_ax_workers.py", ()),
+    ("benchmarks/bench_ax_library.py", ()),
     ("benchmarks/bench_choices.py", ()),
     # Issue 15: per-call time vs N (two noise levels; Ax's default capped at 300 s
     # per call), then the 5,000-trial run. Not concurrently: they time each other.
