@@ -255,7 +255,9 @@ _SETUPS: dict[str, GeneratorSetup] = {
         # Inputs only: the engine keeps reward sums, so the rewards' scaling is
         # frozen by the generator itself, not re-fitted by Ax at every call.
         transforms=MBM_X_trans,
-        not_saved_generator_kwargs=["engine_state"],
+        # The library is stored once, in the strategy's node; a copy in every
+        # generator run would make the JSON grow by the library at each trial.
+        not_saved_generator_kwargs=["engine_state", "candidate_set"],
     ),
 }
 

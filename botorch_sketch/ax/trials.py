@@ -171,7 +171,9 @@ def split_generator_run(run: GeneratorRun, batch_id: int) -> list[GeneratorRun]:
                 generator_kwargs=copy._generator_kwargs,
                 adapter_kwargs=copy._adapter_kwargs,
                 gen_metadata=metadata,
-                generator_state_after_gen=copy._generator_state_after_gen,
+                # Ax continues from the strategy's own (unsplit) run; a copy of
+                # the state in every trial would only grow the JSON.
+                generator_state_after_gen=None,
                 candidate_metadata_by_arm_signature=_subset_by_arm(
                     copy.candidate_metadata_by_arm_signature, arm.signature
                 ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 
 import pytest
@@ -218,3 +219,20 @@ def test_categorical_library_encoded_with_ax_transforms():
     keys = {(round(e["x"], 9), e["c"], e["o"]) for e in library}
     assert proposed and set(proposed) <= keys
     assert len(set(proposed)) == len(proposed)
+
+
+def test_saved_json_holds_the_library_a_fixed_number_of_times(tmp_path):
+    """Neither the generator runs nor the one-arm trials copy the library (or the
+    engine state): a run's JSON grows by a bounded number of library copies."""
+    sizes, copies = [], []
+    for rows in (30, 3000):
+        g = torch.Generator().manual_seed(0)
+        X = torch.rand(rows, D, generator=g, dtype=torch.float64)
+        f = X.sum(-1)
+        client = library_client(X, [0, 1], f, **OPTIONS)
+        run_ax(client, X, f, 12, 3)
+        path = tmp_path / f"run{rows}.json"
+        client.save_to_json_file(str(path))
+        sizes.append(path.stat().st_size)
+        copies.append(len(json.dumps(X.tolist())))
+    assert sizes[1] - sizes[0] < 4 * (copies[1] - copies[0])
