@@ -98,13 +98,15 @@ def next_trials(client: Client, max_batch_size: int | None) -> dict[int, dict]:
 
 
 def complete(
-    client: Client, trials: dict[int, dict], noise_sd: float
+    client: Client, trials: dict[int, dict], noise_sd: float, seed: int = 0
 ) -> list[tuple[int, float]]:
-    """Evaluate and complete ``trials``; returns ``(index, true value)`` per trial."""
+    """Evaluate and complete ``trials`` (noise seeded by ``seed`` and the trial
+    index, :func:`observe`); returns ``(index, true value)`` per trial."""
     out = []
     for index, params in trials.items():
         x = to_tensor(params)
-        client.complete_trial(index, raw_data={METRIC: observe(x, index, noise_sd)})
+        y = observe(x, index, noise_sd, seed=seed)
+        client.complete_trial(index, raw_data={METRIC: y})
         out.append((index, true_value(x)))
     return out
 

@@ -26,7 +26,24 @@ This is exactly the variance of the DTC model conditioned on fantasy observation
 at the pending points (any values, e.g. the posterior mean: DTC variances do not
 depend on the targets), i.e. ``model.condition_on_observations(X_p, Y_p)``, but
 costs ``O(p r^2)`` once (``p`` rank-one Cholesky updates, or one re-factorisation
-when ``p >= r``) instead of a refit.
+when ``p >= r``) instead of a refit (``hallucination="dictionary"``, the default).
+
+**Full hallucination** (``hallucination="full"``, GP-BUCB's update). The frozen
+embedding only sees the part of a pending point inside the dictionary's span: the
+Nyström residual ``k(x, x) - ||z(x)||^2`` is not reduced, so a pending point far
+from the dictionary (early in a run, or in an unexplored region) stays as
+uncertain as before, and a greedy batch continued past the rule's stop picks it
+again and again. ``"full"`` conditions the batch-start posterior itself on noisy
+fantasy observations at the pending points: with ``v(x, x')`` the batch-start
+posterior covariance (the DTC covariance above) and ``V_pp = v(X_p, X_p)``,
+
+    var_t(x) = v(x, x) - v(x, X_p) (V_pp + lam I)^{-1} v(X_p, x),              (p x p)
+
+i.e. the exact GP posterior conditioned on the pending points when the model is
+exact (every point in the dictionary), and the dictionary update above whenever
+the pending points lie in the dictionary's span. ``O(p^2 (p + r) + p m d)`` once
+(a ``p x p`` Cholesky factor, extended block-wise as points are appended) and
+``O(q p (d + r + p))`` more per evaluation of ``q`` points.
 
 **Units.** ``alpha`` is the paper's ``alpha~``, multiplying the RLS-unit standard
 deviation ``sigma~ = sigma_GP / sqrt(lam)``, so ``alpha`` carries the units of the
@@ -116,8 +133,10 @@ class _FrozenCache(NamedTuple):
             ``k_S(x)`` gives ``z(x)``, ``L^{-1} z(x)`` (mean) and ``L_t^{-1} z(x)``
             (hallucinated variance).
         coef: ``r`` vector ``c = L^{-1} Z^T N^{-1} (y - m)`` (mean weights).
-        chol: ``r x r`` factor ``L_t`` of ``A_t = A + Z_p^T Z_p / lam``.
+        chol: ``r x r`` factor ``L_t`` of ``A_t = A + Z_p^T Z_p / lam``
+            (``L`` itself, no pending point, under the full hallucination).
         lam: Noise variance ``lam`` in model (transformed-outcome) units, a scalar.
+        pending: The pending points' block of the full hallucination, or ``None``.
     """
 
     source: Any
@@ -127,6 +146,27 @@ class _FrozenCache(NamedTuple):
     coef: Tensor
     chol: Tensor
     lam: Tensor
+    pending: _PendingBlock | None = None
+
+
+class _PendingBlock(NamedTuple):
+    r"""Pending points of the full hallucination (``p`` points, transformed).
+
+    Attributes:
+        Xt: ``p x d`` transformed pending points.
+        Z: ``p x r`` embeddings ``z(x_p)``.
+        U: ``p x r`` ``L^{-1} z(x_p)`` (batch-start factor).
+        chol: ``p x p`` lower Cholesky factor of ``V_pp + lam I``.
+    """
+
+    Xt: Tensor
+    Z: Tensor
+    U: Tensor
+    chol: Tensor
+
+
+#: How pending points enter the variance (module docstring).
+HALLUCINATIONS = ("dictionary", "full")
 
 
 class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
@@ -136,7 +176,8 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
     :class:`~botorch_sketch.models.NystromGP`. ``mu_fb`` is the model's posterior
     mean (unaffected by ``X_pending``); ``sigma~_t = sqrt(var_t / lam)`` is the
     posterior standard deviation in RLS units after hallucinating ``X_pending``
-    through the frozen embedding (module docstring). With ``X_pending = None``
+    through the frozen embedding, or, with ``hallucination="full"``, by conditioning
+    the batch-start posterior on them (module docstring). With ``X_pending = None``
     this is ``UpperConfidenceBound(beta = alpha^2 / lam)``.
 
     ``posterior_transform`` may be a :class:`ScalarizedPosteriorTransform` with a
@@ -157,6 +198,7 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
         posterior_transform: PosteriorTransform | None = None,
         maximize: bool = True,
         X_pending: Tensor | None = None,
+        hallucination: str = "dictionary",
     ) -> None:
         r"""Batch UCB with hallucinated pending points.
 
@@ -171,9 +213,17 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
             maximize: If ``False``, the mean enters with a minus sign.
             X_pending: ``p x d`` points selected but not yet evaluated (original
                 input space), hallucinated into the variance.
+            hallucination: ``"dictionary"`` (the paper's update through the frozen
+                embedding) or ``"full"`` (the batch-start posterior conditioned on
+                the pending points, Nyström residual included; module docstring).
         """
         super().__init__(model=model, posterior_transform=posterior_transform)
         _validate_model(model)
+        if hallucination not in HALLUCINATIONS:
+            raise ValueError(
+                f"hallucination must be one of {HALLUCINATIONS}, got {hallucination!r}."
+            )
+        self.hallucination = hallucination
         self._sign, self._offset = _validate_posterior_transform(posterior_transform)
         alpha_t = torch.as_tensor(alpha, dtype=model._compute_dtype)
         if alpha_t.numel() != 1 or not bool(torch.isfinite(alpha_t)) or alpha_t < 0:
@@ -193,6 +243,7 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
         posterior_transform: PosteriorTransform | None = None,
         maximize: bool = True,
         X_pending: Tensor | None = None,
+        hallucination: str = "dictionary",
     ) -> BatchUpperConfidenceBound:
         r"""Build from BoTorch's UCB ``beta``: ``alpha = sqrt(beta * lam)``.
 
@@ -211,6 +262,7 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
             posterior_transform=posterior_transform,
             maximize=maximize,
             X_pending=X_pending,
+            hallucination=hallucination,
         )
 
     @property
@@ -297,6 +349,12 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
         model = self.model
         with torch.no_grad():
             cache = self._cache()
+            if cache.pending is not None:
+                raise ValueError(
+                    "batch_state hallucinates through the frozen embedding (the "
+                    "engine's update); build the UCB with hallucination="
+                    "'dictionary' to give it pending points."
+                )
             X = choices.to(model._compute_dtype)
             terms = [self._mean_and_rls_variance(c) for c in X.split(chunk_size)]
             arms = model.transform_inputs(X)
@@ -355,7 +413,12 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
         f2 = self._features(X2)
         K12 = self.model.covar_module(f1.Xt, f2.Xt).to_dense()
         cov = K12 - f1.Z @ f2.Z.mT + f1.U_t @ f2.U_t.mT
-        return cov / self._cache().lam
+        cache = self._cache()
+        if cache.pending is not None:
+            cov = cov - self._pending_solve(f1, cache).mT @ self._pending_solve(
+                f2, cache
+            )
+        return cov / cache.lam
 
     # ------------------------------------------------------------------------------
     # Internals
@@ -373,10 +436,14 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
             if _is_prefix(old.X_pending, X_pending):
                 n_old = 0 if old.X_pending is None else old.X_pending.shape[0]
                 self._frozen = _build_cache(
-                    model, X_pending, old=old, new_rows=X_pending[n_old:]
+                    model,
+                    X_pending,
+                    self.hallucination,
+                    old=old,
+                    new_rows=X_pending[n_old:],
                 )
                 return self._frozen
-        self._frozen = _build_cache(model, X_pending)
+        self._frozen = _build_cache(model, X_pending, self.hallucination)
         return self._frozen
 
     def _ucb_mean(self, mean: Tensor) -> Tensor:
@@ -399,8 +466,21 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
         mean_t = self.model.mean_module(f.Xt) + f.U @ cache.coef
         kdiag = self.model.covar_module(f.Xt, diag=True)
         var_t = linalg.embedding_residual(kdiag, f.Z) + f.U_t.pow(2).sum(-1)
+        if cache.pending is not None:
+            var_t = var_t - self._pending_solve(f, cache).pow(2).sum(-2)
         mean = _untransform_mean(self.model, mean_t)
         return mean, (var_t / cache.lam).clamp_min(0.0)
+
+    def _pending_solve(self, f: _Features, cache: _FrozenCache) -> Tensor:
+        r"""``C^{-1} v(X_p, x)`` (``... x p x q``), ``C C^T = V_pp + lam I``.
+
+        ``v`` is the batch-start posterior covariance
+        ``k(x, x') - z(x)^T z(x') + (L^{-1} z(x))^T L^{-1} z(x')``.
+        """
+        pend = cache.pending
+        K_xp = self.model.covar_module(f.Xt, pend.Xt).to_dense()
+        v = K_xp - f.Z @ pend.Z.mT + f.U @ pend.U.mT  # ... x q x p
+        return torch.linalg.solve_triangular(pend.chol, v.mT, upper=False)
 
 
 class _Features(NamedTuple):
@@ -418,24 +498,31 @@ class _Features(NamedTuple):
 def _build_cache(
     model: NystromGP,
     X_pending: Tensor | None,
+    hallucination: str,
     old: _FrozenCache | None = None,
     new_rows: Tensor | None = None,
 ) -> _FrozenCache:
-    r"""Build (or extend by ``new_rows``) the frozen cache, ``O(p r^2 + m r^2)``."""
+    r"""Build (or extend by ``new_rows``) the frozen cache, ``O(p r^2 + m r^2)``
+    (plus ``O(p^2 (p + r))`` for the full hallucination)."""
     with torch.no_grad():
         pc = model._posterior_cache()
         S, W, factor = pc["S"], pc["W"], pc["factor"]
         lam = _noise_level(model)
-        if old is None:
-            L_t, rows = factor.chol, X_pending
-        else:
-            L_t, rows = old.chol, new_rows
+        M = torch.linalg.solve_triangular(factor.chol, W.mT, upper=False).mT
+        L_t, rows = (factor.chol, X_pending) if old is None else (old.chol, new_rows)
+        pending = None if old is None else old.pending
         if rows is not None and rows.shape[0] > 0:
             Xp = model.transform_inputs(rows.to(model._compute_dtype))
-            Zp = model.covar_module(Xp, S).to_dense() @ W
-            L_t = pending_cholesky(L_t, Zp / lam.sqrt())
-        M = torch.linalg.solve_triangular(factor.chol, W.mT, upper=False).mT
-        M_t = torch.linalg.solve_triangular(L_t, W.mT, upper=False).mT
+            K_pS = model.covar_module(Xp, S).to_dense()
+            if hallucination == "full":
+                pending = _extend_pending(model, pending, Xp, K_pS @ W, K_pS @ M, lam)
+            else:
+                L_t = pending_cholesky(L_t, K_pS @ W / lam.sqrt())
+        M_t = (
+            M
+            if L_t is factor.chol
+            else (torch.linalg.solve_triangular(L_t, W.mT, upper=False).mT)
+        )
         p = 0 if X_pending is None else X_pending.shape[0]
         logger.debug("BBKB cache: m=%d, r=%d, p=%d.", S.shape[-2], W.shape[-1], p)
         return _FrozenCache(
@@ -446,7 +533,42 @@ def _build_cache(
             coef=factor.coef,
             chol=L_t,
             lam=lam,
+            pending=pending,
         )
+
+
+def _extend_pending(
+    model: NystromGP,
+    old: _PendingBlock | None,
+    Xt: Tensor,
+    Z: Tensor,
+    U: Tensor,
+    lam: Tensor,
+) -> _PendingBlock:
+    r"""Append ``q`` transformed pending points to the full hallucination's block.
+
+    With ``C_o`` the old ``p x p`` factor, ``B = v(X_old, X_new)`` and
+    ``D = v(X_new, X_new) + lam I`` (batch-start posterior covariances ``v``), the
+    new factor is ``[[C_o, 0], [E^T, chol(D - E^T E)]]`` with ``E = C_o^{-1} B``:
+    ``O(p^2 q + q^3)``, the same factor as a re-factorisation.
+    """
+    K_new = model.covar_module(Xt).to_dense()
+    D = K_new - Z @ Z.mT + U @ U.mT
+    D = 0.5 * (D + D.mT) + lam * torch.eye(D.shape[-1], dtype=D.dtype, device=D.device)
+    if old is None:
+        return _PendingBlock(Xt=Xt, Z=Z, U=U, chol=torch.linalg.cholesky(D))
+    B = model.covar_module(old.Xt, Xt).to_dense() - old.Z @ Z.mT + old.U @ U.mT
+    E = torch.linalg.solve_triangular(old.chol, B, upper=False)
+    S22 = D - E.mT @ E
+    C22 = torch.linalg.cholesky(0.5 * (S22 + S22.mT))
+    top = torch.cat([old.chol, torch.zeros_like(B)], dim=-1)
+    chol = torch.cat([top, torch.cat([E.mT, C22], dim=-1)], dim=-2)
+    return _PendingBlock(
+        Xt=torch.cat([old.Xt, Xt]),
+        Z=torch.cat([old.Z, Z]),
+        U=torch.cat([old.U, U]),
+        chol=chol,
+    )
 
 
 def _validate_model(model: Any) -> None:

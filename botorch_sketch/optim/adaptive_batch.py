@@ -36,7 +36,15 @@ in ``benchmarks/results/ax_parallel.md``).
 Domains:
 
 - a box (``bounds``): each point by ``optimize_acqf(q=1)`` (multi-start L-BFGS-B);
-  lazy UCB evaluation does not apply (spec Sec. 11.4);
+  lazy UCB evaluation does not apply (spec Sec. 11.4). Pending points (the
+  caller's and the batch so far) are hallucinated by conditioning the batch-start
+  posterior on them (``hallucination="full"``, GP-BUCB's update, Nyström residual
+  included; :mod:`botorch_sketch.acquisition.bbkb`). The paper's update through
+  the frozen embedding (``"dictionary"``) leaves the variance outside the
+  dictionary's span untouched: a batch filled past the rule's stop
+  (``min_batch_size``) early in a run, or next to pending trials of other
+  workers, was one point repeated (issue 15,
+  ``benchmarks/results/bbkb_exploration.md``);
 - a finite set (``choices``): BBKB's finite-arm engine. The batch UCB over the
   rows becomes a frozen engine state
   (:meth:`~botorch_sketch.acquisition.BatchUpperConfidenceBound.batch_state`,
@@ -109,6 +117,7 @@ def optimize_acqf_adaptive_batch(
     min_batch_size: int = 1,
     step_optimizer: StepOptimizer | None = None,
     reference_points: Tensor | None = None,
+    hallucination: str = "full",
 ) -> tuple[Tensor, Tensor]:
     r"""Generate one BBKB batch whose size is chosen by a stopping rule.
 
@@ -160,6 +169,11 @@ def optimize_acqf_adaptive_batch(
         reference_points: On a box, the local rule's reference set (default:
             ``num_reference_points`` Sobol points of the box); give points of the
             actual domain when it is not the whole box.
+        hallucination: On a box, how pending points enter the variance:
+            ``"full"`` (the batch-start posterior conditioned on them) or
+            ``"dictionary"`` (through the frozen embedding, the paper's and the
+            finite-set engine's update); see
+            :class:`~botorch_sketch.acquisition.BatchUpperConfidenceBound`.
 
     Returns:
         ``(candidates, acq_values)``: a ``k x d`` tensor of points in selection order
@@ -183,10 +197,10 @@ def optimize_acqf_adaptive_batch(
             f"{num_reference_points!r}."
         )
     dtype = model._compute_dtype
-    start = BatchUpperConfidenceBound(
-        model, alpha, posterior_transform, maximize, X_pending=X_pending
-    )
     if choices is not None:
+        start = BatchUpperConfidenceBound(
+            model, alpha, posterior_transform, maximize, X_pending=X_pending
+        )
         return _select_from_choices(
             start,
             choices.to(dtype),
@@ -197,8 +211,16 @@ def optimize_acqf_adaptive_batch(
         )
     if seed is None:
         seed = int(torch.randint(2**31 - 1, (1,)))
-    acqf = BatchUpperConfidenceBound(
-        model, alpha, posterior_transform, maximize, X_pending=X_pending
+    start, acqf = (
+        BatchUpperConfidenceBound(
+            model,
+            alpha,
+            posterior_transform,
+            maximize,
+            X_pending=X_pending,
+            hallucination=hallucination,
+        )
+        for _ in range(2)
     )
     is_local = isinstance(rule, GlobalLocalRule)
     bounds = bounds.to(dtype)

@@ -96,6 +96,68 @@ def test_pending_variance_equals_conditioned_model(standardize):
     assert (acqf(at_p) < no_pending(at_p)).all()
 
 
+def conditioned_variance(model, X, Xp):
+    """Variance at ``X`` of the model's posterior conditioned on noisy observations
+    at ``Xp`` (Gaussian conditioning of the joint posterior, outcome units)."""
+    q = X.shape[0]
+    cov = model.posterior(torch.cat([X, Xp])).covariance_matrix.detach()
+    cov = cov.reshape(cov.shape[-2:])
+    K_pp = cov[q:, q:] + lam_of(model) * torch.eye(Xp.shape[0], dtype=DT)
+    K_xp = cov[:q, q:]
+    return cov.diagonal()[:q] - (K_xp @ torch.linalg.solve(K_pp, K_xp.mT)).diagonal()
+
+
+@pytest.mark.parametrize("standardize", [False, True])
+@pytest.mark.parametrize("dictionary", [None, "all"])
+def test_full_hallucination_conditions_the_posterior(standardize, dictionary):
+    """``hallucination="full"``: the batch-start posterior (DTC, or the exact GP with
+    every point in the dictionary) conditioned on noisy fantasies at the pending
+    points, the Nyström residual included; the dictionary update misses it."""
+    model = make_model(standardize=standardize, dictionary=dictionary)
+    g = torch.Generator().manual_seed(7)
+    Xp = torch.rand(5, 2, generator=g, dtype=DT) * 2.0  # mostly outside the data
+    X = torch.cat([Xp + 0.01, torch.rand(6, 2, generator=g, dtype=DT)])
+    full = BatchUpperConfidenceBound(model, 1.0, X_pending=Xp, hallucination="full")
+    expected = conditioned_variance(model, X, Xp) / lam_of(model)
+    torch.testing.assert_close(
+        full.rls_variance(X).detach(), expected, rtol=1e-7, atol=1e-9
+    )
+    # At a pending point the variance falls below the noise (RLS < 1), while the
+    # frozen embedding leaves points outside its span far above it.
+    assert (full.rls_variance(Xp) < 1.0).all()
+    assert (full.rls_variance(Xp + 0.01) < 1.5).all()
+    if dictionary is None:
+        dict_only = BatchUpperConfidenceBound(model, 1.0, X_pending=Xp)
+        assert dict_only.rls_variance(Xp).max() > 10.0
+    # Covariances follow the same conditioning; the mean stays frozen.
+    cov = full.rls_covariance(X, X).detach()
+    torch.testing.assert_close(cov.diagonal(), expected, rtol=1e-7, atol=1e-9)
+    torch.testing.assert_close(
+        full.posterior_mean(X.unsqueeze(-2)).detach().reshape(-1),
+        model.posterior(X).mean.reshape(-1).detach(),
+    )
+
+
+def test_full_hallucination_incremental_matches_rebuild():
+    model = make_model()
+    Xp = torch.rand(7, 2, dtype=DT) * 1.5
+    X = torch.rand(5, 2, dtype=DT)
+    inc = BatchUpperConfidenceBound(model, alpha=1.0, hallucination="full")
+    for k in (1, 2, 5, 7):  # appended one or several rows at a time
+        inc.set_X_pending(Xp[:k])
+        inc.rls_variance(X)
+    scratch = BatchUpperConfidenceBound(
+        model, alpha=1.0, X_pending=Xp, hallucination="full"
+    )
+    torch.testing.assert_close(inc.rls_variance(X), scratch.rls_variance(X))
+    torch.testing.assert_close(inc._cache().pending.chol, scratch._cache().pending.chol)
+    # The finite-set engine hallucinates through the embedding only.
+    with pytest.raises(ValueError, match="hallucination='dictionary'"):
+        scratch.batch_state(torch.rand(4, 2, dtype=DT))
+    with pytest.raises(ValueError, match="hallucination must be"):
+        BatchUpperConfidenceBound(model, alpha=1.0, hallucination="exact")
+
+
 def test_mean_unchanged_by_pending_points():
     model = make_model()
     X = torch.rand(8, 1, 2, dtype=DT)
