@@ -128,8 +128,6 @@ class BBKBLibraryGenerator(TorchGenerator):
         allow_repeats: Whether an observed or pending row may be proposed again.
         seed: Seed of the engine's generator.
         engine_state: The previous call's state (Ax passes it back).
-        **kwargs: Other generator arguments of the strategy (``warm_start_refit``
-            and the like), accepted and ignored.
     """
 
     def __init__(
@@ -150,7 +148,6 @@ class BBKBLibraryGenerator(TorchGenerator):
         allow_repeats: bool = False,
         seed: int = 0,
         engine_state: dict[str, Any] | None = None,
-        **kwargs: Any,
     ) -> None:
         self.library = torch.as_tensor(candidate_set, dtype=torch.float64)
         if self.library.dim() != 2 or self.library.shape[0] == 0:
