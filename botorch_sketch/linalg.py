@@ -49,6 +49,7 @@ __all__ = [
     "cholesky_features",
     "cholesky_rank_one_update",
     "dtc_covariance",
+    "dtc_explained_basis",
     "dtc_factor",
     "dtc_log_marginal_likelihood",
     "dtc_features",
@@ -320,6 +321,39 @@ def dtc_predictor(W: Tensor, factor: DTCFactor) -> DTCPredictor:
         L.expand(*batch, *L.shape[-2:]), W.mT, upper=False
     ).mT
     return DTCPredictor(basis=torch.cat([W, M], dim=-1), coef=factor.coef)
+
+
+def dtc_explained_basis(W: Tensor, factor: DTCFactor) -> Tensor:
+    r"""``B`` (``m x r``) with ``B B^T = W (I - A^{-1}) W^T``: one factor for the
+    part of the prior variance that the DTC posterior explains.
+
+    With ``z(x) = W^T k_S(x)``, ``u(x) = L^{-1} z(x)`` and ``A = L L^T``,
+
+        z(x)^T z(x') - u(x)^T u(x') = z(x)^T (I - A^{-1}) z(x') = b(x)^T b(x'),
+
+    ``b(x) = B^T k_S(x)``, so the DTC covariance (BBKB Eq. 2 times ``lambda``) is
+    ``k(x, x') - b(x)^T b(x')``: one ``m x r`` product per point instead of the
+    two of :class:`DTCPredictor`. ``A = V diag(e) V^T`` with ``e >= 1``
+    (``A = I + Z^T N^{-1} Z``), so ``B = W V diag(sqrt(1 - 1/e))`` has entries no
+    larger than ``W``'s (unlike ``W W^T - M M^T``, which squares them), and
+    ``||b(x)||^2 <= ||z(x)||^2 <= k(x, x)``.
+
+    ``O(r^3 + m r^2)`` (one ``r x r`` eigendecomposition). Built without
+    gradients: an eigendecomposition's gradient is unstable at repeated
+    eigenvalues, so use :class:`DTCPredictor` where the data carry gradients.
+
+    Args:
+        W: ``m x r`` embedding map (:func:`nystrom_embedding_map`).
+        factor: The :class:`DTCFactor` of the training data (``r x r`` factor).
+
+    Returns:
+        The ``m x r`` tensor ``B``.
+    """
+    L = factor.chol
+    with torch.no_grad():
+        e, V = torch.linalg.eigh(L @ L.mT)
+        scale = (1.0 - e.clamp_min(1.0).reciprocal()).sqrt()
+        return W @ (V * scale.unsqueeze(-2))
 
 
 def dtc_features(

@@ -323,6 +323,30 @@ def test_dtc_predictor_equals_embedding_route(data):
     )
 
 
+def test_explained_basis_gives_the_dtc_covariance(data):
+    """k - b b^T equals the DTC covariance k - z z^T + u u^T, also for a
+    near-singular dictionary (duplicates and points 1e-6 apart), where the folded
+    m x m matrix W W^T - M M^T would lose digits; and ||b||^2 <= ||z||^2."""
+    X, y, Xs = data
+    S = torch.cat([X[::3], X[:2], X[:3] + 1e-6])
+    W = linalg.nystrom_embedding_map(rbf(S, S))
+    factor = linalg.dtc_factor(rbf(X, S) @ W, y, torch.full((40,), 1e-4, dtype=DT))
+    B = linalg.dtc_explained_basis(W, factor)
+    assert B.shape == W.shape
+    b, Zs = rbf(Xs, S) @ B, rbf(Xs, S) @ W
+    cov = rbf(Xs, Xs) - b @ b.mT
+    torch.testing.assert_close(
+        cov, linalg.dtc_covariance(factor, Zs, rbf(Xs, Xs)), atol=1e-10, rtol=0
+    )
+    assert bool((b.pow(2).sum(-1) <= Zs.pow(2).sum(-1) + 1e-12).all())
+    # Closed form on the basis itself: B B^T = W (I - A^{-1}) W^T.
+    A = factor.chol @ factor.chol.mT
+    eye = torch.eye(A.shape[0], dtype=DT)
+    expected = W @ (eye - torch.linalg.inv(A)) @ W.mT
+    scale = float(expected.abs().max())
+    torch.testing.assert_close(B @ B.mT / scale, expected / scale, atol=1e-9, rtol=0)
+
+
 def test_budget_scale_solves_the_expected_size():
     a = torch.tensor([5.0, 2.0, 0.5, 0.25, 0.1], dtype=DT)
     # Budget not exceeded: no scaling.
