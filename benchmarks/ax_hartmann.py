@@ -14,8 +14,12 @@ import logging
 import warnings
 from typing import Any
 
+import pandas as pd
 import torch
 from ax import Client, RangeParameterConfig
+from ax.core.arm import Arm
+from ax.core.data import Data
+from ax.core.generator_run import GeneratorRun
 from botorch.test_functions import Hartmann
 
 from botorch_sketch.ax import get_generation_strategy, get_next_batch
@@ -80,13 +84,31 @@ def uniform_points(n: int, seed: int = 0) -> torch.Tensor:
 
 
 def attach_uniform(client: Client, X: torch.Tensor, noise_sd: float) -> None:
-    """Attach and complete one trial per row of ``X`` (Ax's bookkeeping only)."""
+    """One completed trial per row of ``X``, as ``client.attach_trial`` +
+    ``complete_trial`` would make them (same arms, statuses and data), through the
+    ``Experiment`` API with one ``attach_data`` call: 2.8 s instead of minutes at
+    N = 8,000 (each ``Client.complete_trial`` costs more as trials accumulate).
+    """
+    experiment = client._experiment
+    rows, trials = [], []
     for x in X:
         params = {f"x{i}": float(x[i]) for i in range(DIM)}
-        index = client.attach_trial(parameters=params)
-        client.complete_trial(
-            index, raw_data={METRIC: observe(x[None], index, noise_sd)}
+        trial = experiment.new_trial(GeneratorRun(arms=[Arm(parameters=params)]))
+        trial.mark_running(no_runner_required=True)
+        trials.append(trial)
+        rows.append(
+            {
+                "trial_index": trial.index,
+                "arm_name": trial.arm.name,
+                "metric_name": METRIC,
+                "metric_signature": METRIC,
+                "mean": observe(x[None], trial.index, noise_sd),
+                "sem": float("nan"),
+            }
         )
+    experiment.attach_data(Data(df=pd.DataFrame(rows)))
+    for trial in trials:
+        trial.mark_completed()
 
 
 def next_trials(client: Client, max_batch_size: int | None) -> dict[int, dict]:

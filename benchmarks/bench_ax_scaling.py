@@ -8,10 +8,11 @@ for "bkb" / "bbkb" (N = 8,000 within 2x of N = 500) that stays below Ax's defaul
 Protocol, for one noise sd (run once per sd):
 
 - An ``ax.Client`` on Hartmann6 (6 float parameters in [0, 1], minimised); N
-  seeded-uniform trials attached and completed with noisy values
-  (``client.attach_trial`` + ``complete_trial``; their time is Ax's bookkeeping,
-  recorded separately as ``attach``). The trials are attached once, growing the
-  same client from one N to the next; each method gets a deep copy of it.
+  seeded-uniform trials attached and completed with noisy values (the trials
+  and data ``client.attach_trial`` + ``complete_trial`` would make, attached in
+  bulk through the ``Experiment`` API: seconds instead of 13 minutes at N =
+  8,000). The trials are attached once, growing the same client from one N to
+  the next; each method gets a deep copy of it.
 - For each method: the strategy is set (ours: ``get_generation_strategy(name,
   seed=0)``; Ax's: ``client.configure_generation_strategy()`` defaults), then one
   call is timed (``cold``: "bkb" / "bbkb" ``get_next_batch(client,
@@ -26,7 +27,13 @@ Protocol, for one noise sd (run once per sd):
   (``extra_trials``).
 - Each row: wall and CPU seconds (``time.process_time``), the 1-minute load
   average, the number of trials returned, the fitted model and, for
-  ``NystromGP``, its dictionary size and whether the budget capped it.
+  ``NystromGP``, its dictionary size and whether the budget capped it. The CPU
+  time is split into the generator's own ``fit`` + ``gen`` (``model_cpu_s``:
+  model fit, dictionary, acquisition optimisation; for Ax's default its
+  ``BoTorchGenerator``) and the rest of the call (``ax_cpu_s``: Ax's data
+  extraction, transforms, pending points, trial creation). ``complete_ms``
+  is the CPU time per trial of ``client.complete_trial`` for the returned batch
+  (Ax's bookkeeping that a user pays per evaluation).
 - Cap: a method whose call took more than ``--cap-s`` seconds, or whose last call
   scaled by (N / N_last)^2 would exceed it, is skipped at larger N (a ``skipped``
   row with the reason).
@@ -51,6 +58,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from ax.generators.torch.botorch_modular.generator import (  # noqa: E402
+    BoTorchGenerator,
+)
 from ax_hartmann import (  # noqa: E402
     AX_DEFAULT,
     attach_uniform,
@@ -67,11 +77,14 @@ from harness import (  # noqa: E402
     RESULTS,
     figure,
     markdown_table,
+    method_cpu,
     read_csv,
     timed,
     write_csv,
     write_report,
 )
+
+from botorch_sketch.ax.generator import SketchBoTorchGenerator  # noqa: E402
 
 METHODS = ("bkb", "bbkb", "gssbo", "goucb", AX_DEFAULT)
 SIZES = (500, 1000, 2000, 4000, 8000)
@@ -85,13 +98,18 @@ def timed_call(
     """One timed generation call that reaches the model node; returns row fields."""
     extra = 0
     while True:
-        trials, t = timed(lambda: next_trials(client, max_batch_size))
+        generators = (SketchBoTorchGenerator, BoTorchGenerator)
+        with method_cpu(generators, ("fit", "gen")) as inside:
+            trials, t = timed(lambda: next_trials(client, max_batch_size))
         if node_of(client, max(trials)) in MODEL_NODES:
             break
         complete(client, trials, noise_sd)
         extra += len(trials)
+    model_cpu = inside["fit"] + inside["gen"]
     fields = {
         **t,
+        "model_cpu_s": model_cpu,
+        "ax_cpu_s": t["cpu_s"] - model_cpu,
         "batch_size": len(trials),
         "node": node_of(client, max(trials)),
         "extra_trials": extra,
@@ -135,8 +153,10 @@ def method_rows(
             rows.append({"call": call, "status": "failed", "reason": repr(err)[:200]})
             print(f"  {method} {call}: FAILED {err!r}", flush=True)
             break
-        rows.append({"call": call, **fields, "status": "ok"})
-        complete(client, trials, noise_sd)
+        _, done = timed(lambda trials=trials: complete(client, trials, noise_sd))
+        complete_ms = 1e3 * done["cpu_s"] / len(trials)
+        rows.append({"call": call, **fields, "complete_ms": complete_ms})
+        rows[-1]["status"] = "ok"
         print(
             f"  {method} {call}: {fields['wall_s']:.2f} s wall, {fields['cpu_s']:.2f}"
             f" s CPU, load {fields['load']:.1f}, batch {fields['batch_size']}, "
@@ -215,8 +235,32 @@ def _table(rows: list[dict], call: str) -> str:
         line: dict[str, Any] = {"N": n}
         for m in methods:
             line[m] = _fmt(_cell(rows, m, n, call))
-        attach = _cell(rows, "attach", n, "attach")
-        line["attach N trials (Ax)"] = f"{attach['wall_s']:.1f}" if attach else "-"
+        table.append(line)
+    return markdown_table(table)
+
+
+def _has_split(row: dict) -> bool:
+    """Whether ``row`` has the generator / Ax CPU split (rows from before it
+    was recorded do not)."""
+    return row.get("model_cpu_s") not in (None, "")
+
+
+def _split_table(rows: list[dict], call: str) -> str:
+    """Per N and method: generator fit + gen CPU / the rest of the call (Ax's
+    own), and ``client.complete_trial`` CPU per trial."""
+    methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
+    table = []
+    for n in sorted({int(r["N"]) for r in rows}):
+        line: dict[str, Any] = {"N": n}
+        for m in methods:
+            r = _cell(rows, m, n, call)
+            ok = r is not None and r["status"] == "ok" and _has_split(r)
+            line[m] = (
+                f"{r['model_cpu_s']:.2f} / {r['ax_cpu_s']:.2f} "
+                f"({r['complete_ms']:.0f} ms)"
+                if ok
+                else "-"
+            )
         table.append(line)
     return markdown_table(table)
 
@@ -230,6 +274,9 @@ def _details(rows: list[dict]) -> str:
         "status",
         "wall_s",
         "cpu_s",
+        "model_cpu_s",
+        "ax_cpu_s",
+        "complete_ms",
         "load",
         "batch_size",
         "extra_trials",
@@ -242,16 +289,29 @@ def _details(rows: list[dict]) -> str:
 
 
 def _flat(lo: dict | None, hi: dict | None) -> dict[str, str]:
-    """The within-2x target between the smallest and the largest N."""
+    """The within-2x target between the smallest and the largest N: the whole
+    call, and the generator's own fit + gen (the part this package controls)."""
     if not (lo and hi and lo["status"] == hi["status"] == "ok"):
         return {"largest / smallest N": "not measured", "within 2x": "not measured"}
     ratios = {key: hi[key] / lo[key] for key in ("wall_s", "cpu_s")}
     verdicts = {k: "met" if r <= 2 else "**not met**" for k, r in ratios.items()}
-    return {
+    out = {
         "largest / smallest N": f"{_fmt(hi)} / {_fmt(lo)} = "
         f"{ratios['wall_s']:.2f}x wall, {ratios['cpu_s']:.2f}x CPU",
         "within 2x": f"wall {verdicts['wall_s']}, CPU {verdicts['cpu_s']}",
+        "generator fit + gen CPU, largest / smallest N": "not measured",
+        "Ax's own CPU at largest N / whole call at smallest N": "not measured",
     }
+    if _has_split(hi) and _has_split(lo):
+        model = hi["model_cpu_s"] / lo["model_cpu_s"]
+        out["generator fit + gen CPU, largest / smallest N"] = (
+            f"{hi['model_cpu_s']:.2f} / {lo['model_cpu_s']:.2f} = {model:.2f}x"
+        )
+        out["Ax's own CPU at largest N / whole call at smallest N"] = (
+            f"{hi['ax_cpu_s']:.2f} / {lo['cpu_s']:.2f} = "
+            f"{hi['ax_cpu_s'] / lo['cpu_s']:.2f}x"
+        )
+    return out
 
 
 def _below_ax(rows: list[dict], method: str, call: str, sizes: list[int]) -> str:
@@ -355,10 +415,12 @@ def report(out: Path) -> None:
         "make them optimise a q = 50 qUCB batch, 20-35 s of CPU at N = 100-200 in "
         "a smoke run, a cost of the acquisition optimisation, not of the model). "
         "*cold*: the first call on the strategy; *warm*: the next call, after the "
-        "first batch was completed. The last column is the time Ax took to attach "
-        "and complete the N trials (`attach_trial` + `complete_trial`). The machine "
-        "is shared (load averages in the details): CPU time is the "
-        "load-independent number.",
+        "first batch was completed. The *CPU split* tables divide a call's CPU "
+        "time into the generator's own `fit` + `gen` (model, dictionary, "
+        "acquisition optimisation) and the rest, which is Ax's (data extraction, "
+        "transforms, pending points, trial creation), with the CPU time per trial "
+        "of `client.complete_trial` in brackets. CPU time is the load-independent "
+        "number (load averages in the details).",
         "## Targets",
     ]
     sections.append(_targets(groups))
@@ -380,6 +442,11 @@ def report(out: Path) -> None:
             _table(rows, "cold"),
             f"## Noise sd {sd:g}: warm call",
             _table(rows, "warm"),
+            f"## Noise sd {sd:g}: CPU split, cold call (generator fit + gen / "
+            "Ax's rest, complete_trial per trial)",
+            _split_table(rows, "cold"),
+            f"## Noise sd {sd:g}: CPU split, warm call",
+            _split_table(rows, "warm"),
         ]
     sections.append("![per-call time](ax_scaling.png)")
     for sd, rows in sorted(groups.items()):

@@ -10,6 +10,9 @@ first) and keeps only its own experiment: what to run and what the targets are.
 - :func:`timed` runs a callable and returns wall and CPU seconds and the load
   average before and after (the machine is shared: CPU time is the
   load-independent number; wall time is what a user waits).
+- :func:`method_cpu` adds up the CPU seconds spent inside some methods of a
+  class while it is active (e.g. a generator's ``fit`` and ``gen`` inside one
+  Ax call, to tell the model's time from Ax's own bookkeeping).
 - :func:`write_csv` / :func:`read_csv` write and read rows of dicts.
 - :func:`markdown_table` renders rows as a Markdown table; :func:`mean_sd` formats
   ``mean ± sd`` over seeds.
@@ -28,7 +31,8 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +50,7 @@ __all__ = [
     "machine_details",
     "markdown_table",
     "mean_sd",
+    "method_cpu",
     "read_csv",
     "timed",
     "write_csv",
@@ -112,6 +117,48 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     load = 0.5 * (load0 + os.getloadavg()[0])
     return out, {"wall_s": wall, "cpu_s": cpu, "load": load}
+
+
+@contextmanager
+def method_cpu(
+    classes: Sequence[type], names: Sequence[str]
+) -> Iterator[dict[str, float]]:
+    """Within the block, add the CPU seconds of calls to the methods ``names`` of
+    ``classes`` to the yielded dict (key: the method's name).
+
+    Each class's own definitions are wrapped (a class that does not define a
+    method is skipped) and restored on exit. A call made from inside another
+    timed call (an override calling ``super()``) is not counted twice.
+    """
+    totals = {name: 0.0 for name in names}
+    depth = [0]
+
+    def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed_method(*args: Any, **kwargs: Any) -> Any:
+            depth[0] += 1
+            cpu0 = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+                if depth[0] == 0:
+                    totals[name] += time.process_time() - cpu0
+
+        return timed_method
+
+    originals = [
+        (cls, name, cls.__dict__[name])
+        for cls in classes
+        for name in names
+        if name in cls.__dict__
+    ]
+    for cls, name, fn in originals:
+        setattr(cls, name, wrap(name, fn))
+    try:
+        yield totals
+    finally:
+        for cls, name, fn in originals:
+            setattr(cls, name, fn)
 
 
 def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
