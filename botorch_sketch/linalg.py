@@ -283,44 +283,59 @@ def dtc_covariance(factor: DTCFactor, Z_test: Tensor, K_test: Tensor) -> Tensor:
 class DTCPredictor(NamedTuple):
     r"""Test-time weights of a DTC posterior in the dictionary's kernel basis.
 
-    With ``M = W L^{-T}`` (``m x r``), ``z(x) = W^T k_S(x)`` and
-    ``u(x) = L^{-1} z(x) = M^T k_S(x)``, so one product ``k_S(x)^T [W | M]`` gives
-    both, and
+    One product ``k_S(x)^T basis`` with ``basis = [a | P | N]`` gives
 
-        mean(x)    = u(x)^T c
-        cov(x, x') = k(x, x') - z(x)^T z(x') + u(x)^T u(x').
+        mean(x)    = a^T k_S(x)                       (a = W L^{-T} c)
+        cov(x, x') = k(x, x') - p(x)^T p(x') + n(x)^T n(x'),
 
-    This replaces the per-call triangular solve by a matrix product. We keep the
-    two Gram terms separate rather than folding them into one ``m x m`` matrix
-    ``W W^T - M M^T``: with a nearly singular ``K_S`` that matrix has huge entries
-    and loses about two digits to cancellation.
+    ``p(x) = P^T k_S(x)``, ``n(x) = N^T k_S(x)``, in one of two forms:
+
+    - *folded* (``N`` empty): ``P = B`` of :func:`dtc_explained_basis`,
+      ``B B^T = W (I - A^{-1}) W^T``; ``m x (1 + r)``, half the product of the
+      other form, built without gradients;
+    - *unfolded*: ``P = W`` (``p(x) = z(x)``) and ``N = M = W L^{-T}``
+      (``n(x) = L^{-1} z(x)``); ``m x (1 + 2r)``, differentiable in the data
+      (fantasy models for qKG / qNIPV).
+
+    Neither forms the ``m x m`` matrix ``W W^T - M M^T``: with a nearly singular
+    ``K_S`` that matrix has huge entries and loses about two digits to
+    cancellation.
 
     Attributes:
-        basis: ``batch_shape x m x 2r`` matrix ``[W | M]``.
-        coef: ``batch_shape x r`` vector ``c`` of the :class:`DTCFactor`.
+        basis: ``batch_shape x m x (1 + r_p + r_n)`` matrix ``[a | P | N]``.
+        num_explained: ``r_p``, the number of columns of ``P``.
     """
 
     basis: Tensor
-    coef: Tensor
+    num_explained: int
 
 
-def dtc_predictor(W: Tensor, factor: DTCFactor) -> DTCPredictor:
+def dtc_predictor(W: Tensor, factor: DTCFactor, fold: bool = True) -> DTCPredictor:
     r"""Precompute :class:`DTCPredictor` from the embedding map and the factor.
 
     Args:
         W: ``batch_shape x m x r`` embedding map (:func:`nystrom_embedding_map`).
         factor: The :class:`DTCFactor` of the training data.
+        fold: The folded form (no gradients; ``O(r^3 + m r^2)``) or the unfolded
+            one (``O(m r^2)``, differentiable).
 
     Returns:
-        The :class:`DTCPredictor`. Cost ``O(m r^2)``.
+        The :class:`DTCPredictor`.
     """
     L = factor.chol
     batch = torch.broadcast_shapes(L.shape[:-2], W.shape[:-2])
     W = W.expand(*batch, *W.shape[-2:])
-    M = torch.linalg.solve_triangular(
-        L.expand(*batch, *L.shape[-2:]), W.mT, upper=False
-    ).mT
-    return DTCPredictor(basis=torch.cat([W, M], dim=-1), coef=factor.coef)
+    L = L.expand(*batch, *L.shape[-2:])
+    c = factor.coef.expand(*batch, factor.coef.shape[-1]).unsqueeze(-1)
+    mean_weights = W @ torch.linalg.solve_triangular(L.mT, c, upper=True)
+    if fold:
+        parts = [dtc_explained_basis(W, DTCFactor(chol=L, coef=factor.coef))]
+    else:
+        parts = [W, torch.linalg.solve_triangular(L, W.mT, upper=False).mT]
+    return DTCPredictor(
+        basis=torch.cat([mean_weights, *parts], dim=-1),
+        num_explained=parts[0].shape[-1],
+    )
 
 
 def dtc_explained_basis(W: Tensor, factor: DTCFactor) -> Tensor:
@@ -332,22 +347,23 @@ def dtc_explained_basis(W: Tensor, factor: DTCFactor) -> Tensor:
         z(x)^T z(x') - u(x)^T u(x') = z(x)^T (I - A^{-1}) z(x') = b(x)^T b(x'),
 
     ``b(x) = B^T k_S(x)``, so the DTC covariance (BBKB Eq. 2 times ``lambda``) is
-    ``k(x, x') - b(x)^T b(x')``: one ``m x r`` product per point instead of the
-    two of :class:`DTCPredictor`. ``A = V diag(e) V^T`` with ``e >= 1``
-    (``A = I + Z^T N^{-1} Z``), so ``B = W V diag(sqrt(1 - 1/e))`` has entries no
-    larger than ``W``'s (unlike ``W W^T - M M^T``, which squares them), and
+    ``k(x, x') - b(x)^T b(x')``: one ``m x r`` product per point instead of two.
+    ``A = V diag(e) V^T`` with ``e >= 1`` (``A = I + Z^T N^{-1} Z``), so
+    ``B = W V diag(sqrt(1 - 1/e))`` has entries no larger than ``W``'s (unlike
+    ``W W^T - M M^T``, which squares them), and
     ``||b(x)||^2 <= ||z(x)||^2 <= k(x, x)``.
 
     ``O(r^3 + m r^2)`` (one ``r x r`` eigendecomposition). Built without
     gradients: an eigendecomposition's gradient is unstable at repeated
-    eigenvalues, so use :class:`DTCPredictor` where the data carry gradients.
+    eigenvalues (:func:`dtc_predictor` keeps the unfolded form for data with
+    gradients).
 
     Args:
-        W: ``m x r`` embedding map (:func:`nystrom_embedding_map`).
-        factor: The :class:`DTCFactor` of the training data (``r x r`` factor).
+        W: ``batch_shape x m x r`` embedding map (:func:`nystrom_embedding_map`).
+        factor: The :class:`DTCFactor` of the training data.
 
     Returns:
-        The ``m x r`` tensor ``B``.
+        The ``batch_shape x m x r`` tensor ``B``.
     """
     L = factor.chol
     with torch.no_grad():
@@ -361,31 +377,29 @@ def dtc_features(
 ) -> tuple[Tensor, Tensor, Tensor]:
     r"""DTC mean offset and the two low-rank factors of the covariance.
 
-    ``cov = K_test - Z Z^T + U U^T`` with ``Z = K_XS W`` and ``U = K_XS M``
-    (:class:`DTCPredictor`), so marginal variances cost ``O(q r)`` once ``Z`` and
-    ``U`` are known and the ``q x q`` covariance need never be formed.
+    ``cov = K_test - P P^T + N N^T`` (:class:`DTCPredictor`; ``N`` has no columns
+    in the folded form), so marginal variances cost ``O(q r)`` once the factors
+    are known and the ``q x q`` covariance need never be formed.
 
     Args:
         predictor: The :class:`DTCPredictor`.
         K_XS: ``batch_shape x q x m`` cross-covariance ``k(X, S)``.
 
     Returns:
-        ``(mean, Z, U)``: the ``batch_shape x q`` mean minus the prior mean and two
-        ``batch_shape x q x r`` factors.
+        ``(mean, P, N)``: the ``batch_shape x q`` mean minus the prior mean and the
+        ``batch_shape x q x r_p`` and ``batch_shape x q x r_n`` factors.
     """
-    r = predictor.coef.shape[-1]
     basis = predictor.basis
     if basis.dim() == 2:
         # Fold the test batch into the rows of one product: a batch of ``q = 1``
-        # posteriors must not stream the ``m x 2r`` basis once per batch member.
-        ZU = (K_XS.reshape(-1, basis.shape[0]) @ basis).reshape(
+        # posteriors must not stream the basis once per batch member.
+        F = (K_XS.reshape(-1, basis.shape[0]) @ basis).reshape(
             *K_XS.shape[:-1], basis.shape[-1]
         )
     else:
-        ZU = K_XS @ basis
-    Z, U = ZU[..., :r], ZU[..., r:]
-    mean = (U @ predictor.coef.unsqueeze(-1)).squeeze(-1)
-    return mean, Z, U
+        F = K_XS @ basis
+    r_p = 1 + predictor.num_explained
+    return F[..., 0], F[..., 1:r_p], F[..., r_p:]
 
 
 def dtc_predict(
@@ -402,8 +416,8 @@ def dtc_predict(
         ``(mean, cov)``: the ``batch_shape x q`` mean minus the prior mean and the
         symmetric ``batch_shape x q x q`` covariance (GP units).
     """
-    mean, Z, U = dtc_features(predictor, K_XS)
-    cov = K_test - Z @ Z.mT + U @ U.mT
+    mean, P, N = dtc_features(predictor, K_XS)
+    cov = K_test - P @ P.mT + N @ N.mT
     return mean, 0.5 * (cov + cov.mT)
 
 

@@ -525,7 +525,8 @@ def _build_cache(
 ) -> _FrozenCache:
     r"""Build (or extend by ``new_rows``) the frozen cache.
 
-    ``O(r^3 + m r^2)`` at the batch start (the explained basis), then
+    At the batch start the model's folded predictor gives ``a`` and ``B``
+    (``O(r^3 + m r^2)`` once per model state), then
     ``O(p r^2 + m r^2)`` per extension under the dictionary hallucination, or
     ``O(p m (d + r) + p^2 (p + r))`` under the full one.
     """
@@ -534,10 +535,12 @@ def _build_cache(
         S, W, factor = pc["S"], pc["W"], pc["factor"]
         lam = _noise_level(model)
         if old is None:
-            explained = linalg.dtc_explained_basis(W, factor)
-            mean_weights = W @ torch.linalg.solve_triangular(
-                factor.chol.mT, factor.coef.unsqueeze(-1), upper=True
-            ).squeeze(-1)
+            predictor = model._predictor()
+            if predictor.basis.shape[-1] != 1 + predictor.num_explained:
+                # Built with gradients (unfolded): fold it for this batch.
+                predictor = linalg.dtc_predictor(W, factor)
+            mean_weights = predictor.basis[..., 0]
+            explained = predictor.basis[..., 1:]
             L_t, rows, pending = factor.chol, X_pending, None
         else:
             explained, mean_weights = old.explained, old.mean_weights
@@ -596,9 +599,7 @@ def _extend_pending(
     C22 = torch.linalg.cholesky(0.5 * (S22 + S22.mT))
     top = torch.cat([old.chol, torch.zeros_like(B)], dim=-1)
     chol = torch.cat([top, torch.cat([E.mT, C22], dim=-1)], dim=-2)
-    return _PendingBlock(
-        Xt=torch.cat([old.Xt, Xt]), P=torch.cat([old.P, P]), chol=chol
-    )
+    return _PendingBlock(Xt=torch.cat([old.Xt, Xt]), P=torch.cat([old.P, P]), chol=chol)
 
 
 def _dense_kernel(model: NystromGP, X1: Tensor, X2: Tensor) -> Tensor:

@@ -521,7 +521,11 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
                     Z = self._embed(X, S, W)
                 r = Y - self.mean_module(X)
                 factor = linalg.dtc_factor(Z, r, self._noise())
-                predictor = linalg.dtc_predictor(W, factor)
+                # The folded predictor's eigendecomposition has no stable
+                # gradient: keep the unfolded form when the data carry one.
+                predictor = (
+                    linalg.dtc_predictor(W, factor, fold=False) if data_grad else None
+                )
             self._cache = {
                 "S": S,
                 "W": W,
@@ -530,6 +534,14 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
                 "key": key,
             }
         return self._cache
+
+    def _predictor(self) -> linalg.DTCPredictor:
+        r"""The posterior's :class:`~botorch_sketch.linalg.DTCPredictor`, built on
+        first use (folded unless the training data carry gradients)."""
+        cache = self._posterior_cache()
+        if cache["predictor"] is None:
+            cache["predictor"] = linalg.dtc_predictor(cache["W"], cache["factor"])
+        return cache["predictor"]
 
     # ----------------------------------------------------------------------------
     # Fitting (the strategy lives in botorch_sketch.models.nystrom_fit)
@@ -686,12 +698,13 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         Lazy for ``q >= LAZY_COVARIANCE_MIN_POINTS`` points, dense below
         (:func:`~botorch_sketch.models.nystrom_posterior.dtc_covariance`).
         """
-        cache = self._posterior_cache()
-        offset, Z, U = linalg.dtc_features(
-            cache["predictor"], self.covar_module(X, cache["S"]).to_dense()
+        predictor = self._predictor()
+        S = self._posterior_cache()["S"]
+        offset, P, N = linalg.dtc_features(
+            predictor, self.covar_module(X, S).to_dense()
         )
         mean = self.mean_module(X) + offset
-        cov = dtc_covariance(self.covar_module(X), Z, U)
+        cov = dtc_covariance(self.covar_module(X), P, N)
         return MultivariateNormal(mean.expand(cov.shape[:-1]), cov)
 
     # ----------------------------------------------------------------------------

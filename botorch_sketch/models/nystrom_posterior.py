@@ -7,7 +7,9 @@ posterior at ``q`` test points (BBKB Eqs. 1-3) is
     mean = m(X) + Z_X A^{-1} Z^T N^{-1} (y - m(X_train))            q
     cov  = K_XX - Z_X Z_X^T + U U^T,   U = Z_X L^{-T}               q x q
 
-(:func:`~botorch_sketch.linalg.dtc_features` gives the offset, ``Z_X`` and ``U``).
+(:func:`~botorch_sketch.linalg.dtc_features` gives the offset and the covariance's
+low-rank factors, ``Z_X Z_X^T - U U^T`` folded into one ``P P^T`` where the data
+carry no gradients).
 Here the covariance becomes a ``LinearOperator`` (:func:`dtc_covariance`) and
 posterior samples at many candidates are drawn without a ``q x q`` matrix
 (:func:`sample_dtc_latent`).
@@ -35,23 +37,26 @@ from botorch_sketch import linalg
 LAZY_COVARIANCE_MIN_POINTS = 256
 
 
-def dtc_covariance(K: LinearOperator, Z: Tensor, U: Tensor) -> LinearOperator:
-    r"""The DTC covariance ``K - Z Z^T + U U^T``.
+def dtc_covariance(K: LinearOperator, P: Tensor, N: Tensor) -> LinearOperator:
+    r"""The DTC covariance ``K - P P^T + N N^T``.
 
-    ``K`` is the ``... x q x q`` prior covariance, ``Z`` and ``U`` are ``... x q x r``.
+    ``K`` is the ``... x q x q`` prior covariance, ``P`` and ``N`` the ``... x q x r_p``
+    and ``... x q x r_n`` factors of :func:`~botorch_sketch.linalg.dtc_features`
+    (``N`` has no columns for a folded predictor).
 
     For ``q >= LAZY_COVARIANCE_MIN_POINTS`` points the result stays a lazy sum of
-    the kernel and two low-rank terms, so marginal variances cost ``O(q r)`` (Ax
+    the kernel and the low-rank terms, so marginal variances cost ``O(q r)`` (Ax
     predicts thousands of points at once); below, it is dense (symmetrized) and
     factored lazily with gpytorch's jitter, as for ``SingleTaskGP`` (a dense tensor
     would be Cholesky-factored without jitter by torch's ``MultivariateNormal``,
     which fails for nearly repeated test points).
     """
     if K.shape[-1] >= LAZY_COVARIANCE_MIN_POINTS:
-        return SumLinearOperator(
-            K, MatmulLinearOperator(Z, -Z.mT), LowRankRootLinearOperator(U)
-        )
-    dense = K.to_dense() - Z @ Z.mT + U @ U.mT
+        terms = [K, MatmulLinearOperator(P, -P.mT)]
+        if N.shape[-1] > 0:
+            terms.append(LowRankRootLinearOperator(N))
+        return SumLinearOperator(*terms)
+    dense = K.to_dense() - P @ P.mT + N @ N.mT
     return DenseLinearOperator(0.5 * (dense + dense.mT))
 
 
