@@ -308,19 +308,37 @@ def embed_with(X, S, kernel):
     return kernel(X, S) @ W
 
 
-def test_dtc_predictor_equals_embedding_route(data):
+@pytest.mark.parametrize("fold", [True, False])
+def test_dtc_predictor_equals_embedding_route(data, fold):
     X, y, Xs = data
     S = torch.cat([X[::3], X[:2]])  # duplicates: rank-deficient K_S
     W = linalg.nystrom_embedding_map(rbf(S, S))
     factor = linalg.dtc_factor(rbf(X, S) @ W, y, torch.full((40,), 0.03, dtype=DT))
     Zs = rbf(Xs, S) @ W
-    mean, cov = linalg.dtc_predict(
-        linalg.dtc_predictor(W, factor), rbf(Xs, S), rbf(Xs, Xs)
-    )
+    predictor = linalg.dtc_predictor(W, factor, fold=fold)
+    r = W.shape[-1]
+    assert predictor.basis.shape == (S.shape[0], 1 + (r if fold else 2 * r))
+    mean, cov = linalg.dtc_predict(predictor, rbf(Xs, S), rbf(Xs, Xs))
     torch.testing.assert_close(mean, linalg.dtc_mean(factor, Zs), atol=1e-10, rtol=0)
     torch.testing.assert_close(
         cov, linalg.dtc_covariance(factor, Zs, rbf(Xs, Xs)), atol=1e-10, rtol=0
     )
+
+
+def test_unfolded_predictor_is_differentiable_in_the_data(data):
+    """Fantasy models differentiate the posterior through their training data:
+    the unfolded predictor carries those gradients (the folded one is built
+    without them)."""
+    X, y, Xs = data
+    S = X[::3]
+    W = linalg.nystrom_embedding_map(rbf(S, S))
+    Xg = X.clone().requires_grad_(True)
+    factor = linalg.dtc_factor(rbf(Xg, S) @ W, y, torch.full((40,), 0.03, dtype=DT))
+    mean, cov = linalg.dtc_predict(
+        linalg.dtc_predictor(W, factor, fold=False), rbf(Xs, S), rbf(Xs, Xs)
+    )
+    (grad,) = torch.autograd.grad(mean.sum() + cov.diagonal().sum(), Xg)
+    assert bool(torch.isfinite(grad).all()) and float(grad.abs().sum()) > 0
 
 
 def test_explained_basis_gives_the_dtc_covariance(data):
