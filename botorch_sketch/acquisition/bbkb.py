@@ -447,7 +447,8 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
 
     def _cache(self) -> _FrozenCache:
         model = self.model
-        model.eval()
+        if model.training:  # eval() walks every submodule: not on every call
+            model.eval()
         source = model._posterior_cache()["factor"]
         old = self._frozen
         X_pending = self.X_pending

@@ -503,12 +503,13 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         through them. The embedding map of the (data-independent) dictionary is
         always built without gradients (an eigendecomposition's are unstable).
         """
-        key = self._hyperparameter_key()
+        current = [p.detach() for p in self.parameters()]  # compared, not copied
         if self._cache is not None and not all(
-            torch.equal(a, b) for a, b in zip(key, self._cache["key"], strict=True)
+            torch.equal(a, b) for a, b in zip(current, self._cache["key"], strict=True)
         ):
             self._cache = None
         if self._cache is None:
+            key = tuple(p.clone() for p in current)
             X, Y = self._train_X, self._train_Y
             data_grad = torch.is_grad_enabled() and (X.requires_grad or Y.requires_grad)
             if data_grad:
