@@ -309,6 +309,11 @@ class DTCPredictor(NamedTuple):
     basis: Tensor
     num_explained: int
 
+    @property
+    def folded(self) -> bool:
+        """Whether this is the folded form (``N`` has no columns)."""
+        return self.basis.shape[-1] == 1 + self.num_explained
+
 
 def dtc_predictor(W: Tensor, factor: DTCFactor, fold: bool = True) -> DTCPredictor:
     r"""Precompute :class:`DTCPredictor` from the embedding map and the factor.

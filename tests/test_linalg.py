@@ -318,6 +318,7 @@ def test_dtc_predictor_equals_embedding_route(data, fold):
     predictor = linalg.dtc_predictor(W, factor, fold=fold)
     r = W.shape[-1]
     assert predictor.basis.shape == (S.shape[0], 1 + (r if fold else 2 * r))
+    assert predictor.folded == fold
     mean, cov = linalg.dtc_predict(predictor, rbf(Xs, S), rbf(Xs, Xs))
     torch.testing.assert_close(mean, linalg.dtc_mean(factor, Zs), atol=1e-10, rtol=0)
     torch.testing.assert_close(

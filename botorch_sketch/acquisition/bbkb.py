@@ -537,8 +537,7 @@ def _build_cache(
         lam = _noise_level(model)
         if old is None:
             predictor = model._predictor()
-            if predictor.basis.shape[-1] != 1 + predictor.num_explained:
-                # Built with gradients (unfolded): fold it for this batch.
+            if not predictor.folded:  # built for data with gradients
                 predictor = linalg.dtc_predictor(W, factor)
             mean_weights = predictor.basis[..., 0]
             explained = predictor.basis[..., 1:]

@@ -72,6 +72,22 @@ def test_value_matches_hand_computation(standardize):
     assert acqf.lam == pytest.approx(float(lam), rel=1e-9)
 
 
+def test_model_cache_built_with_data_gradients_gives_the_same_ucb():
+    """A model whose posterior cache was built for data with gradients (the
+    unfolded predictor of a fantasy model) gives the same UCB: the acquisition
+    folds the predictor itself."""
+    from botorch_sketch import linalg
+
+    model = make_model()
+    X = torch.rand(6, 1, 2, dtype=DT)
+    expected = BatchUpperConfidenceBound(model, alpha=0.7)(X)
+    cache = model._posterior_cache()
+    cache["predictor"] = linalg.dtc_predictor(cache["W"], cache["factor"], fold=False)
+    assert not model._predictor().folded
+    val = BatchUpperConfidenceBound(model, alpha=0.7)(X)
+    torch.testing.assert_close(val, expected, rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("standardize", [False, True])
 def test_pending_variance_equals_conditioned_model(standardize):
     model = make_model(standardize=standardize)
