@@ -334,7 +334,7 @@ def dtc_predictor(W: Tensor, factor: DTCFactor, fold: bool = True) -> DTCPredict
     c = factor.coef.expand(*batch, factor.coef.shape[-1]).unsqueeze(-1)
     mean_weights = W @ torch.linalg.solve_triangular(L.mT, c, upper=True)
     if fold:
-        parts = [dtc_explained_basis(W, DTCFactor(chol=L, coef=factor.coef))]
+        parts = [dtc_explained_basis(W, factor)]
     else:
         parts = [W, torch.linalg.solve_triangular(L, W.mT, upper=False).mT]
     return DTCPredictor(

@@ -128,18 +128,18 @@ def pending_cholesky(L: Tensor, V: Tensor) -> Tensor:
 class _FrozenCache(NamedTuple):
     r"""Batch-start quantities of :class:`BatchUpperConfidenceBound`.
 
-    One product ``k_S(x)^T basis`` gives every feature of a point
-    (:meth:`BatchUpperConfidenceBound._features`): the mean offset
-    ``a^T k_S(x)`` (``a = W L^{-T} c``), the explained part ``p(x)`` and, under
-    the dictionary hallucination with pending points, the hallucinated part
-    ``n(x)``, so that
+    ``predictor`` is a :class:`~botorch_sketch.linalg.DTCPredictor`
+    ``[a | P | N]`` whose one product with ``k_S(x)``
+    (:func:`~botorch_sketch.linalg.dtc_features`) gives the frozen mean offset
+    ``a^T k_S(x)`` (``a = W L^{-T} c``) and the factors of
 
         var_t(x) = k(x, x) - ||p(x)||^2 + ||n(x)||^2.
 
-    Without dictionary-hallucinated points, ``p(x) = B^T k_S(x)`` with
-    ``B B^T = W (I - A^{-1}) W^T`` (:func:`~botorch_sketch.linalg.dtc_explained_basis`)
-    and ``n`` is empty: ``m x (1 + r)``. With them, ``p(x) = z(x)`` and
-    ``n(x) = L_t^{-1} z(x)``: ``m x (1 + 2r)``.
+    Without dictionary-hallucinated points it is the model's folded predictor:
+    ``p(x) = B^T k_S(x)`` with ``B B^T = W (I - A^{-1}) W^T``
+    (:func:`~botorch_sketch.linalg.dtc_explained_basis`), ``n`` empty,
+    ``m x (1 + r)``. With them, ``p(x) = z(x)`` and ``n(x) = L_t^{-1} z(x)``:
+    ``m x (1 + 2r)``.
 
     Attributes:
         source: The model's ``DTCFactor`` this cache was built from (identity is
@@ -147,11 +147,9 @@ class _FrozenCache(NamedTuple):
         X_pending: The (untransformed) pending points hallucinated into ``chol``.
         S: ``m x d`` dictionary points (transformed inputs).
         W: ``m x r`` embedding map, ``z(x) = W^T k_S(x)``.
-        explained: ``m x r`` batch-start ``B`` (reused when pending points are
-            appended).
-        mean_weights: ``m`` vector ``a`` (batch-start mean offset ``a^T k_S(x)``).
-        basis: ``m x (1 + r_p + r_n)`` matrix ``[a | P | N]``.
-        num_explained: ``r_p``, the number of columns of ``P``.
+        start: The batch-start (folded) predictor, kept when pending points are
+            appended.
+        predictor: The predictor of the current hallucinated variance.
         chol: ``r x r`` factor ``L_t`` of ``A_t = A + Z_p^T Z_p / lam``
             (``L`` itself, no pending point, under the full hallucination).
         lam: Noise variance ``lam`` in model (transformed-outcome) units, a scalar.
@@ -162,10 +160,8 @@ class _FrozenCache(NamedTuple):
     X_pending: Tensor | None
     S: Tensor
     W: Tensor
-    explained: Tensor
-    mean_weights: Tensor
-    basis: Tensor
-    num_explained: int
+    start: linalg.DTCPredictor
+    predictor: linalg.DTCPredictor
     chol: Tensor
     lam: Tensor
     pending: _PendingBlock | None = None
@@ -476,10 +472,10 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
     def _features(self, X: Tensor) -> _Features:
         cache = self._cache()
         Xt = self.model.transform_inputs(X.to(self.model._compute_dtype))
-        K_XS = _dense_kernel(self.model, Xt, cache.S)
-        F = K_XS @ cache.basis
-        r_p = 1 + cache.num_explained
-        return _Features(Xt=Xt, mean=F[..., 0], P=F[..., 1:r_p], N=F[..., r_p:])
+        mean, P, N = linalg.dtc_features(
+            cache.predictor, _dense_kernel(self.model, Xt, cache.S)
+        )
+        return _Features(Xt=Xt, mean=mean, P=P, N=N)
 
     def _mean_and_rls_variance(self, X: Tensor) -> tuple[Tensor, Tensor]:
         r"""``(mu_fb, sigma~^2_t)``, each ``batch_shape x q``."""
@@ -536,26 +532,27 @@ def _build_cache(
         S, W, factor = pc["S"], pc["W"], pc["factor"]
         lam = _noise_level(model)
         if old is None:
-            predictor = model._predictor()
-            if not predictor.folded:  # built for data with gradients
-                predictor = linalg.dtc_predictor(W, factor)
-            mean_weights = predictor.basis[..., 0]
-            explained = predictor.basis[..., 1:]
+            start = model._predictor()
+            if not start.folded:  # built for data with gradients
+                start = linalg.dtc_predictor(W, factor)
             L_t, rows, pending = factor.chol, X_pending, None
         else:
-            explained, mean_weights = old.explained, old.mean_weights
-            L_t, rows, pending = old.chol, new_rows, old.pending
+            start, L_t, rows, pending = old.start, old.chol, new_rows, old.pending
         if rows is not None and rows.shape[0] > 0:
             Xp = model.transform_inputs(rows.to(model._compute_dtype))
             K_pS = _dense_kernel(model, Xp, S)
             if hallucination == "full":
-                pending = _extend_pending(model, pending, Xp, K_pS @ explained, lam)
+                P = K_pS @ start.basis[..., 1:]
+                pending = _extend_pending(model, pending, Xp, P, lam)
             else:
                 L_t = pending_cholesky(L_t, K_pS @ W / lam.sqrt())
-        if L_t is factor.chol:
-            parts = [explained]
-        else:  # dictionary hallucination: z(x) and L_t^{-1} z(x)
-            parts = [W, torch.linalg.solve_triangular(L_t, W.mT, upper=False).mT]
+        predictor = start
+        if L_t is not factor.chol:  # dictionary hallucination: z(x), L_t^{-1} z(x)
+            M_t = torch.linalg.solve_triangular(L_t, W.mT, upper=False).mT
+            predictor = linalg.DTCPredictor(
+                basis=torch.cat([start.basis[..., :1], W, M_t], dim=-1),
+                num_explained=W.shape[-1],
+            )
         p = 0 if X_pending is None else X_pending.shape[0]
         logger.debug("BBKB cache: m=%d, r=%d, p=%d.", S.shape[-2], W.shape[-1], p)
         return _FrozenCache(
@@ -563,10 +560,8 @@ def _build_cache(
             X_pending=X_pending,
             S=S,
             W=W,
-            explained=explained,
-            mean_weights=mean_weights,
-            basis=torch.cat([mean_weights.unsqueeze(-1), *parts], dim=-1),
-            num_explained=parts[0].shape[-1],
+            start=start,
+            predictor=predictor,
             chol=L_t,
             lam=lam,
             pending=pending,
