@@ -81,7 +81,7 @@ from botorch.optim.optimize import optimize_acqf
 from botorch.utils.sampling import draw_sobol_samples, manual_seed
 from torch import Tensor
 
-from botorch_sketch.acquisition.bbkb import BatchUpperConfidenceBound
+from botorch_sketch.acquisition.bbkb import HALLUCINATIONS, BatchUpperConfidenceBound
 from botorch_sketch.bbkb.selection import StepRecord, select_batch
 from botorch_sketch.bbkb.stopping import GlobalLocalRule, StoppingRule, make_rule
 from botorch_sketch.models.nystrom import NystromGP
@@ -184,6 +184,10 @@ def optimize_acqf_adaptive_batch(
     d = _validate_inputs(
         model, bounds, max_batch_size, X_pending, choices, allow_repeats, num_restarts
     )
+    if hallucination not in HALLUCINATIONS:  # checked on the choices path too
+        raise ValueError(
+            f"hallucination must be one of {HALLUCINATIONS}, got {hallucination!r}."
+        )
     if isinstance(min_batch_size, bool) or not (
         isinstance(min_batch_size, int) and 1 <= min_batch_size <= max_batch_size
     ):

@@ -222,6 +222,10 @@ def test_bad_options_raise(model, choices):
         optimize_acqf_adaptive_batch(
             model, BOUNDS, GlobalRule(2.0), max_batch_size=3, C=3.0, **kw
         )
+    with pytest.raises(ValueError, match="hallucination must be one of"):
+        optimize_acqf_adaptive_batch(
+            model, None, "global", 0.5, 3, choices=choices, hallucination="ful"
+        )
 
 
 def test_float32_model_gives_the_float64_batch(model, choices):
