@@ -245,8 +245,11 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             refit_growth: With ``warm_start``, refit the hyperparameters once the
                 data grew by this fraction since the last fit.
             refit_tolerance: With ``warm_start``, refit when the per-point negative
-                log marginal likelihood rose by more than this many nats.
-            refit_max_iterations: L-BFGS-B iterations of a scheduled refit.
+                log marginal likelihood rose by more than this many nats; such a
+                refit right after another also tries the construction values as a
+                start and keeps the better fit.
+            refit_max_iterations: L-BFGS-B iterations of a scheduled refit (of
+                each of its starts).
         """
         validate_training_data(train_X, train_Y, train_Yvar)
         validate_sketch_options(
@@ -346,7 +349,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         self.refit_max_iterations = refit_max_iterations
         self.sketch_ridge: float | None = None
         self.dictionary_capped = False
-        self._fit_record: tuple[int, float] | None = None
+        self._fit_record: tuple[int, float, int] | None = None
         self._num_draws = 0 if self.warm_start is None else self.warm_start.num_draws
         self._cache: dict[str, Any] | None = None
         self._embedding_memo: tuple[Any, tuple[Tensor, Tensor, Tensor]] | None = None
@@ -641,9 +644,10 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         Pass it (or its ``to_dict()``, e.g. through Ax's generator state) as
         ``warm_start`` of the next model.
         """
-        num_fit_points, fit_loss = self._fit_record or (
+        num_fit_points, fit_loss, drift_refits = self._fit_record or (
             self.num_training_points,
             math.nan,
+            0,
         )
         rows = self.dictionary_indices
         return SketchState(
@@ -655,6 +659,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             fit_loss=fit_loss,
             num_draws=self._num_draws,
             sketch_ridge=math.nan if self.sketch_ridge is None else self.sketch_ridge,
+            drift_refits=drift_refits,
         )
 
     def _data_subset(self, idx: Tensor) -> NystromGP:

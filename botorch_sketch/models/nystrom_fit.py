@@ -25,8 +25,11 @@ that state. Its hyperparameters are refitted only when a schedule says so
 last fit, or when the per-point negative log marginal likelihood of the current
 data at the previous hyperparameters exceeds the one at the last fit by more than
 ``refit_tolerance`` nats (the likelihood drifted). A scheduled refit is
-warm-started and bounded to ``refit_max_iterations`` L-BFGS-B iterations. This is
-what lets a long BoTorch or Ax loop pay a near-constant cost per call.
+warm-started and bounded to ``refit_max_iterations`` L-BFGS-B iterations; a
+drift-triggered one right after another also fits from the model's construction
+values and keeps the better of the two (a warm chain can lock into a poor basin, see
+:func:`_scheduled_refit`). This is what lets a long BoTorch or Ax loop pay a
+near-constant cost per call.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from botorch.exceptions.errors import ModelFittingError
 from botorch.fit import _fit_fallback
 from gpytorch.likelihoods import FixedNoiseGaussianLikelihood
 from gpytorch.mlls import MarginalLogLikelihood
+from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
 from botorch_sketch.models.extra_state import EXTRA_STATE_KEY
@@ -58,6 +62,9 @@ __all__ = ["SketchState", "fit_nystrom_gp", "hyperparameter_state", "refit_due"]
 #: State-dict prefixes that are not hyperparameters: transforms are refitted to
 #: the current data by the new model itself.
 _NOT_HYPERPARAMETERS = ("outcome_transform.", "input_transform.", EXTRA_STATE_KEY)
+
+#: How :func:`refit_due` names a drift-triggered refit.
+_DRIFT = "likelihood drifted"
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,9 @@ class SketchState:
         num_draws: Random draws made so far (seeds of the next draws).
         sketch_ridge: The ridge the dictionary samples where the budget bound
             (``nan`` otherwise); the next resampling scores at it.
+        drift_refits: Consecutive calls, up to this one, that refitted because
+            the likelihood drifted (:func:`_scheduled_refit` tries a cold start
+            from the second).
         dictionary_inputs: Optional ``batch_shape x (m) x |S| x d`` transformed
             inputs of the dictionary (not in the compact JSON form).
     """
@@ -94,6 +104,7 @@ class SketchState:
     fit_loss: float
     num_draws: int
     sketch_ridge: float = math.nan
+    drift_refits: int = 0
     dictionary_inputs: Tensor | None = None
 
     def to_dict(self, compact: bool = True) -> dict[str, Any]:
@@ -116,6 +127,7 @@ class SketchState:
             "fit_loss": float(self.fit_loss),
             "num_draws": int(self.num_draws),
             "sketch_ridge": float(self.sketch_ridge),
+            "drift_refits": int(self.drift_refits),
         }
         if not compact and self.dictionary_inputs is not None:
             out["dictionary_inputs"] = _tensor_to_dict(self.dictionary_inputs)
@@ -157,6 +169,7 @@ class SketchState:
             fit_loss=float(state["fit_loss"]),
             num_draws=int(state["num_draws"]),
             sketch_ridge=float(state.get("sketch_ridge", math.nan)),
+            drift_refits=int(state.get("drift_refits", 0)),
             dictionary_inputs=None
             if inputs is None
             else _tensor_from_dict(inputs, dtype),
@@ -221,7 +234,7 @@ def refit_due(model: NystromGP, state: SketchState) -> tuple[bool, str]:
     if model.objective == "exact" and math.isfinite(state.fit_loss):
         loss = subsample_loss(model)
         if loss > state.fit_loss + model.refit_tolerance:
-            return True, f"likelihood drifted ({state.fit_loss:.4f} -> {loss:.4f})"
+            return True, f"{_DRIFT} ({state.fit_loss:.4f} -> {loss:.4f})"
     return False, "warm hyperparameters kept"
 
 
@@ -250,17 +263,21 @@ def fit_nystrom_gp(
     warm = model.warm_start
     saved = {k: v.clone() for k, v in model.state_dict().items()}
     try:
+        drift_refits = 0
         if warm is None:
             loss = _fit_hyperparameters(model, fit_kwargs, max_iterations=None)
             num_fit_points = model.num_training_points
         else:
+            initial = hyperparameter_state(model)
             model.load_state_dict(warm.hyperparameters, strict=False)
             model._num_draws = max(model._num_draws, warm.num_draws)
             due, reason = refit_due(model, warm)
             logger.info("NystromGP warm start: %s.", reason)
             if due:
-                loss = _fit_hyperparameters(
-                    model, fit_kwargs, max_iterations=model.refit_max_iterations
+                if reason.startswith(_DRIFT):
+                    drift_refits = warm.drift_refits + 1
+                loss = _scheduled_refit(
+                    model, fit_kwargs, initial, cold_restart=drift_refits >= 2
                 )
                 num_fit_points = model.num_training_points
             else:
@@ -270,9 +287,62 @@ def fit_nystrom_gp(
     except Exception:
         model.load_state_dict(saved)
         raise
-    model._fit_record = (num_fit_points, loss)
+    model._fit_record = (num_fit_points, loss, drift_refits)
     mll.eval()
     return mll
+
+
+def _scheduled_refit(
+    model: NystromGP,
+    fit_kwargs: dict[str, Any],
+    initial: Mapping[str, Tensor],
+    cold_restart: bool,
+) -> float:
+    r"""A scheduled refit from the warm values; on repeated drift, also cold.
+
+    Both fits are bounded to ``refit_max_iterations`` L-BFGS-B iterations. A warm
+    start can lock in: measured on a 5,000-trial Ax run (noisy Hartmann6, issue 15;
+    ``benchmarks/results/bbkb_exploration.md``, section 5), warm-started refits held
+    three RBF lengthscales at BoTorch's lower bound with a per-point loss of -0.40
+    on the fit subsample, where a fit from the default values on the same data
+    reached -1.31; the likelihood then drifted at every call, so every call
+    refitted. A drift-triggered refit that follows another one
+    (``cold_restart``) therefore also fits from the model's values before the
+    warm start (its construction values: the cold start of a fit without
+    ``warm_start``) and keeps whichever reaches the lower objective
+    (:meth:`NystromGP.compute_custom_loss`, priors included) on the fit
+    subsample. Not at every drift: measured on the same run after the change,
+    the cold start won by at most 0.012 nats per point at isolated drifts, at
+    twice the refit's cost. Returns the kept fit's per-point loss (priors
+    excluded).
+    """
+    loss = _fit_hyperparameters(model, fit_kwargs, model.refit_max_iterations)
+    if not cold_restart:
+        return loss
+    warm_fit, warm_objective = hyperparameter_state(model), _objective(model)
+    model.load_state_dict(initial, strict=False)
+    cold_loss = _fit_hyperparameters(model, fit_kwargs, model.refit_max_iterations)
+    cold_objective = _objective(model)
+    if cold_objective < warm_objective:
+        logger.info(
+            "NystromGP refit: the cold start wins (objective %.4f vs %.4f warm).",
+            cold_objective,
+            warm_objective,
+        )
+        return cold_loss
+    model.load_state_dict(warm_fit, strict=False)
+    return loss
+
+
+def _objective(model: NystromGP) -> float:
+    r"""The fit objective on the fit subsample (``inf`` where it is not defined)."""
+    sub = _fit_subsample(model)
+    try:
+        with torch.no_grad():
+            value = float(sub.compute_custom_loss(_sub_mll(sub)).sum())
+    except NotPSDError:
+        return math.inf
+    return value if math.isfinite(value) else math.inf
 
 
 def _fit_hyperparameters(

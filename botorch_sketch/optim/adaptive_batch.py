@@ -36,10 +36,15 @@ in ``benchmarks/results/ax_parallel.md``).
 Domains:
 
 - a box (``bounds``): each point by ``optimize_acqf(q=1)`` (multi-start L-BFGS-B);
-  lazy UCB evaluation does not apply (spec Sec. 11.4). Pending points (the
-  caller's and the batch so far) are hallucinated by conditioning the batch-start
-  posterior on them (``hallucination="full"``, GP-BUCB's update, Nyström residual
-  included; :mod:`botorch_sketch.acquisition.bbkb`). The paper's update through
+  lazy UCB evaluation does not apply (spec Sec. 11.4). Its continuous
+  counterpart here: the first point starts from ``raw_samples`` Sobol points,
+  each later one from the previous step's local maxima, perturbed
+  (``reuse_restarts``): a 50-point batch at ``n = 4,000`` on Hartmann6 took
+  2.3-2.5 s instead of 5.3-6.1 s of CPU, with a summed UCB 1-4 % lower.
+  Pending points (the caller's and the batch so far) are hallucinated by
+  conditioning the batch-start posterior on them (``hallucination="full"``,
+  GP-BUCB's update, Nyström residual included;
+  :mod:`botorch_sketch.acquisition.bbkb`). The paper's update through
   the frozen embedding (``"dictionary"``) leaves the variance outside the
   dictionary's span untouched: a batch filled past the rule's stop
   (``min_batch_size``) early in a run, or next to pending trials of other
@@ -96,6 +101,10 @@ StepOptimizer = Callable[[BatchUpperConfidenceBound, int], tuple[Tensor, Tensor]
 #: Default threshold ``C~`` when ``rule`` is given by name (spec Sec. 5.4).
 DEFAULT_C = 2.0
 
+#: Perturbation of reused restarts, as a fraction of each box side
+#: (``reuse_restarts``; 0.02 and 0.1 measured, 0.1 kept: closer summed UCB).
+RESTART_JITTER = 0.1
+
 
 def optimize_acqf_adaptive_batch(
     model: NystromGP,
@@ -118,6 +127,7 @@ def optimize_acqf_adaptive_batch(
     step_optimizer: StepOptimizer | None = None,
     reference_points: Tensor | None = None,
     hallucination: str = "full",
+    reuse_restarts: bool = True,
 ) -> tuple[Tensor, Tensor]:
     r"""Generate one BBKB batch whose size is chosen by a stopping rule.
 
@@ -169,6 +179,12 @@ def optimize_acqf_adaptive_batch(
         reference_points: On a box, the local rule's reference set (default:
             ``num_reference_points`` Sobol points of the box); give points of the
             actual domain when it is not the whole box.
+        reuse_restarts: On a box without ``step_optimizer``, start every step
+            after the first from the previous step's ``num_restarts`` local
+            maxima, perturbed (:func:`_restart_points`), instead of BoTorch's
+            initialisation from ``raw_samples`` fresh Sobol points: the
+            hallucinated UCB changes mostly near the point just chosen, so the
+            other maxima remain good starts (module docstring, measurements).
         hallucination: On a box, how pending points enter the variance:
             ``"full"`` (the batch-start posterior conditioned on them) or
             ``"dictionary"`` (through the frozen embedding, the paper's and the
@@ -241,13 +257,22 @@ def optimize_acqf_adaptive_batch(
     points: list[Tensor] = []
     values: list[Tensor] = []
     stopped = False  # the rule's stop; the batch may go on up to min_batch_size
+    finals = None  # the previous step's local maxima (box path)
     for step in range(max_batch_size):
         if points:
             batch = torch.stack(points)
             acqf.set_X_pending(batch if base is None else torch.cat([base, batch]))
         if step_optimizer is None:
-            x, value = _optimize_box(
-                acqf, bounds, num_restarts, raw_samples, options, seed + step
+            x, value, finals = _optimize_box(
+                acqf,
+                bounds,
+                num_restarts,
+                raw_samples,
+                options,
+                seed + step,
+                starts=None
+                if finals is None or not reuse_restarts
+                else _restart_points(finals, bounds, seed + step),
             )
         else:
             x, value = step_optimizer(acqf, step)
@@ -372,6 +397,31 @@ def _batch_points_bound(
 # ---------------------------------------------------------------------------------
 
 
+def _restart_points(finals: Tensor, bounds: Tensor, seed: int) -> Tensor:
+    r"""The previous step's local maxima, perturbed: the next step's starts.
+
+    The point chosen at the previous step is a stationary point of the next
+    step's batch UCB (the mean has its maximum there and the hallucinated
+    variance its minimum), so L-BFGS-B started exactly there would not move. Each
+    start is moved by a seeded Gaussian step of ``RESTART_JITTER`` times the box
+    side per coordinate and clamped to the box.
+
+    Args:
+        finals: ``num_restarts x 1 x d`` end points of the previous step.
+        bounds: ``2 x d`` box bounds.
+        seed: Seed of the perturbation.
+
+    Returns:
+        ``num_restarts x 1 x d`` starts inside the box.
+    """
+    gen = torch.Generator(device=finals.device).manual_seed(seed)
+    noise = torch.randn(
+        finals.shape, generator=gen, dtype=finals.dtype, device=finals.device
+    )
+    moved = finals + RESTART_JITTER * (bounds[1] - bounds[0]) * noise
+    return torch.minimum(torch.maximum(moved, bounds[0]), bounds[1])
+
+
 def _optimize_box(
     acqf: BatchUpperConfidenceBound,
     bounds: Tensor,
@@ -379,19 +429,34 @@ def _optimize_box(
     raw_samples: int,
     options: dict[str, Any] | None,
     seed: int,
-) -> tuple[Tensor, Tensor]:
-    r"""``argmax`` over the box by ``optimize_acqf(q=1)``, seeded; ``(d, scalar)``."""
+    starts: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    r"""``argmax`` over the box by ``optimize_acqf(q=1)``, seeded.
+
+    Args:
+        starts: ``num_restarts x 1 x d`` initial conditions (the previous step's
+            local maxima); ``None``: BoTorch's initialisation from ``raw_samples``
+            Sobol points.
+
+    Returns:
+        ``(x, value, finals)``: the best point (``d``), its value (scalar) and every
+        restart's end point (``num_restarts x 1 x d``), the next step's starts.
+    """
     opts = {**(options or {}), "seed": seed}
     with manual_seed(seed):
-        cand, val = optimize_acqf(
+        cands, vals = optimize_acqf(
             acqf,
             bounds=bounds,
             q=1,
             num_restarts=num_restarts,
-            raw_samples=raw_samples,
+            raw_samples=None if starts is not None else raw_samples,
             options=opts,
+            batch_initial_conditions=starts,
+            return_best_only=False,
         )
-    return cand.detach().reshape(-1), val.detach().reshape(())
+    cands, vals = cands.detach(), vals.detach().reshape(-1)
+    best = int(torch.argmax(vals))
+    return cands[best].reshape(-1), vals[best].reshape(()), cands
 
 
 def _select_from_choices(

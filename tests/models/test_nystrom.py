@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from copy import deepcopy
+from dataclasses import replace
 from unittest import mock
 
 import torch
@@ -20,7 +22,12 @@ from linear_operator.operators import DenseLinearOperator
 
 from botorch_sketch.generation import EmbeddingThompsonSampling
 from botorch_sketch.models import NystromGP
-from botorch_sketch.models.nystrom_fit import SketchState
+from botorch_sketch.models.nystrom_fit import (
+    SketchState,
+    _fit_hyperparameters,
+    _objective,
+    hyperparameter_state,
+)
 
 DT = torch.float64
 
@@ -589,6 +596,76 @@ class TestNystromGPBudget(BotorchTestCase):
             )
         )
         self.assertEqual(drifted.sketch_state().num_fit_points, 176)
+
+    def test_repeated_drift_refit_keeps_the_better_of_warm_and_cold_starts(self):
+        """A drift-triggered refit right after another also fits from the
+        construction values and keeps the lower objective; a first drift or a
+        growth-triggered refit refits warm only."""
+        X, Y = make_data(n=200, d=6)
+        opts = dict(seed=0, exact_max_n=0, max_dictionary_size=60)
+        good = fitted(NystromGP(X[:160], Y[:160], **opts)).sketch_state()
+        # A warm start in a poor region (lengthscales near BoTorch's bound 0.025)
+        # that one L-BFGS-B iteration cannot leave; fit_loss forces the drift.
+        poor = NystromGP(X[:160], Y[:160], **opts)
+        poor.load_state_dict(good.hyperparameters, strict=False)
+        poor.covar_module.lengthscale = 0.026
+        locked = replace(good, hyperparameters=hyperparameter_state(poor))
+
+        def one_step(state=None):
+            """One bounded refit from ``state`` (None: the construction values)."""
+            model = NystromGP(X[:170], Y[:170], **opts)
+            if state is not None:
+                model.load_state_dict(state.hyperparameters, strict=False)
+            _fit_hyperparameters(model, {}, max_iterations=1)
+            return _objective(model)
+
+        def drift_refit(state, drift_refits):
+            return fitted(
+                NystromGP(
+                    X[:170],
+                    Y[:170],
+                    refit_max_iterations=1,
+                    warm_start=replace(
+                        state, fit_loss=-10.0, drift_refits=drift_refits
+                    ),
+                    **opts,
+                )
+            )
+
+        cold = one_step()
+        # A first drift: warm only (the poor start stays poor); the count is kept.
+        first = drift_refit(locked, 0)
+        self.assertAlmostEqual(_objective(first), one_step(locked), places=10)
+        self.assertEqual(first.sketch_state().drift_refits, 1)
+        for state in (locked, good):
+            model = drift_refit(state, 1)
+            self.assertEqual(model.sketch_state().drift_refits, 2)
+            warm = one_step(state)
+            self.assertAlmostEqual(_objective(model), min(warm, cold), places=10)
+            if state is locked:  # the cold start wins, far from the bound
+                self.assertLess(cold, warm - 0.5)
+                lengthscale = model.covar_module.lengthscale.detach()
+                self.assertGreater(float(lengthscale.min()), 0.1)
+            else:  # the fitted start wins
+                self.assertLess(warm, cold)
+        # Growth (200 >= 1.25 x 160) without a drift check: warm only, so the
+        # poor start stays where it was.
+        grown = fitted(
+            NystromGP(
+                X,
+                Y,
+                refit_max_iterations=1,
+                warm_start=replace(locked, fit_loss=math.nan),
+                **opts,
+            )
+        )
+        self.assertLess(float(grown.covar_module.lengthscale.detach().max()), 0.1)
+        self.assertEqual(grown.sketch_state().drift_refits, 0)
+        self.assertEqual(
+            SketchState.from_dict(json.loads(json.dumps(model.sketch_state().to_dict())))
+            .drift_refits,
+            2,
+        )
 
     def test_warm_start_chain_is_reproducible_and_json_ready(self):
         X, Y = rough_data(240)
