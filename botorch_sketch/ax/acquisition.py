@@ -31,6 +31,9 @@ Options (``acquisition_options`` of the generator, stored in Ax JSON):
   the experiment was saved and loaded in another process.
 - ``num_reference_points`` (``1024``): Sobol reference set of the local rule on a
   box.
+- ``reuse_restarts`` (``True``): on a box, every greedy step after the first
+  starts from the previous step's local maxima, perturbed, instead of fresh raw
+  samples (:func:`~botorch_sketch.optim.optimize_acqf_adaptive_batch`).
 
 The optimiser options Ax forwards (``num_restarts``, ``raw_samples``, ``options``)
 are used on a box.
@@ -70,6 +73,7 @@ ADAPTIVE_BATCH_OPTIONS: dict[str, Any] = {
     "allow_repeats": False,
     "seed": 0,
     "num_reference_points": 1024,
+    "reuse_restarts": True,
 }
 #: Keys that Ax itself may put into ``acquisition_options``.
 _AX_OWNED_OPTIONS = frozenset({"prune_irrelevant_parameters", "subset_model"})
@@ -182,6 +186,7 @@ class AdaptiveBatchAcquisition(Acquisition):
             min_batch_size=min(int(self._option("min_batch_size")), max_batch_size),
             step_optimizer=step_optimizer,
             reference_points=reference,
+            reuse_restarts=bool(self._option("reuse_restarts")),
         )
         if rounding_func is not None and choices is None and step_optimizer is None:
             # Library rows are kept exactly as given (Ax's rounding callback goes

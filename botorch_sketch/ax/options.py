@@ -104,6 +104,7 @@ VALIDATORS: dict[str, Validator] = {
     "min_batch_size": _positive_int,
     "candidate_set": _optional(_candidate_set),
     "allow_repeats": _boolean,
+    "reuse_restarts": _boolean,
     "paper_phases": _boolean,
     "subset_size": _positive_int,
     "lambda_": _finite(0.0, strict=True),

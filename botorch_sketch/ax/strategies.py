@@ -139,6 +139,7 @@ _BBKB_OPTIONS: dict[str, Any] = {
     "C": 2.0,
     "max_batch_size": None,
     "min_batch_size": 1,
+    "reuse_restarts": True,
 }
 
 
@@ -157,6 +158,7 @@ def _nystrom_kwargs(rule: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
             "C": float(opts.get("C", 1.0)),
             "max_batch_size": opts.get("max_batch_size"),
             "min_batch_size": opts.get("min_batch_size", 1),
+            "reuse_restarts": opts.get("reuse_restarts", True),
             "candidate_set": opts["candidate_set"],
             "allow_repeats": opts["allow_repeats"],
             "seed": opts["seed"],

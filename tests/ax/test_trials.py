@@ -192,3 +192,22 @@ def test_bad_batch_size(size, error):
     with pytest.raises(error, match="max_batch_size"):
         get_next_batch(client, max_batch_size=size)
     assert len(client._experiment.trials) == 0
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_reuse_restarts_option_reaches_the_box_optimiser(monkeypatch, reuse):
+    import botorch_sketch.ax.acquisition as acquisition
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["reuse_restarts"])
+        return optimize_acqf_adaptive_batch(*args, **kwargs)
+
+    monkeypatch.setattr(acquisition, "optimize_acqf_adaptive_batch", spy)
+    client = make_client("bbkb", min_batch_size=3, reuse_restarts=reuse)
+    run_trials(client, "branin", total=6)
+    batch = get_next_batch(client, max_batch_size=3)
+    assert len(batch) == 3 and seen and set(seen) == {reuse}
+    with pytest.raises(ValueError, match="reuse_restarts"):
+        make_client("bbkb", reuse_restarts="yes")
