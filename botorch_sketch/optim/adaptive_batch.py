@@ -400,11 +400,12 @@ def _batch_points_bound(
 def _restart_points(finals: Tensor, bounds: Tensor, seed: int) -> Tensor:
     r"""The previous step's local maxima, perturbed: the next step's starts.
 
-    The point chosen at the previous step is a stationary point of the next
-    step's batch UCB (the mean has its maximum there and the hallucinated
-    variance its minimum), so L-BFGS-B started exactly there would not move. Each
-    start is moved by a seeded Gaussian step of ``RESTART_JITTER`` times the box
-    side per coordinate and clamped to the box.
+    The next step's hallucinated variance is smallest at the point just chosen,
+    yet L-BFGS-B started exactly there often ends there (measured: repeated
+    points; at a corner of the box, where the maximisers of a variance-dominated
+    UCB sit, the projected gradient keeps it). Each start is moved by a seeded
+    Gaussian step of ``RESTART_JITTER`` times the box side per coordinate and
+    clamped to the box.
 
     Args:
         finals: ``num_restarts x 1 x d`` end points of the previous step.

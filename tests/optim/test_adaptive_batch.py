@@ -464,10 +464,10 @@ def test_restart_points_move_every_start_inside_the_box():
 
 
 def test_reused_restarts_leave_the_chosen_point(monkeypatch):
-    """The point chosen at a step is a stationary point of the next step's batch
-    UCB: one restart started exactly there (no perturbation) stays and the batch
-    repeats it (seed 2 here); the perturbed starts give distinct points. The
-    first step is the same as without reuse (BoTorch's initialisation)."""
+    """One restart started exactly at the point just chosen (no perturbation)
+    can stay there (seed 2 here: a corner of the box) and the batch repeats it;
+    the perturbed starts give distinct points. The first step is the same as
+    without reuse (BoTorch's initialisation)."""
     g = torch.Generator().manual_seed(2)
     X = torch.rand(6, 3, generator=g, dtype=DT)
     m = NystromGP(X, torch.sin(5 * X).sum(-1, keepdim=True), outcome_transform=None)
