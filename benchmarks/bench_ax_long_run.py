@@ -62,12 +62,14 @@ RUNS: dict[str, tuple[str, dict[str, Any], int | None]] = {
     "bbkb-min50": ("bbkb", {"seed": 0, "min_batch_size": 50}, 50),
     # Seed 0 locks into the -3.20 basin (bbkb_exploration.md); another seed:
     "bbkb-min50-seed1": ("bbkb", {"seed": 1, "min_batch_size": 50}, 50),
+    "bbkb-min50-seed2": ("bbkb", {"seed": 2, "min_batch_size": 50}, 50),
     AX_DEFAULT: (AX_DEFAULT, {}, None),
 }
 DEFAULT_CAPS = {
     "bbkb": 300.0,
     "bbkb-min50": 1200.0,
     "bbkb-min50-seed1": 900.0,
+    "bbkb-min50-seed2": 1000.0,
     AX_DEFAULT: 600.0,
 }
 TARGET_S = 900.0
