@@ -155,8 +155,8 @@ def method_rows(
             break
         _, done = timed(lambda trials=trials: complete(client, trials, noise_sd))
         complete_ms = 1e3 * done["cpu_s"] / len(trials)
-        rows.append({"call": call, **fields, "complete_ms": complete_ms})
-        rows[-1]["status"] = "ok"
+        row = {"call": call, **fields, "complete_ms": complete_ms, "status": "ok"}
+        rows.append(row)
         print(
             f"  {method} {call}: {fields['wall_s']:.2f} s wall, {fields['cpu_s']:.2f}"
             f" s CPU, load {fields['load']:.1f}, batch {fields['batch_size']}, "
