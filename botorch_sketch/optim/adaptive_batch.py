@@ -196,6 +196,10 @@ def optimize_acqf_adaptive_batch(
         and the ``k`` UCB values at selection (with the batch so far hallucinated),
         ``1 <= k <= max_batch_size``.
     """
+    flags = {"allow_repeats": allow_repeats, "reuse_restarts": reuse_restarts}
+    for name, flag in flags.items():
+        if not isinstance(flag, bool):  # e.g. the string "False" would be truthy
+            raise ValueError(f"{name} must be a bool, got {flag!r}.")
     rule = _resolve_rule(rule, C)
     d = _validate_inputs(
         model, bounds, max_batch_size, X_pending, choices, allow_repeats, num_restarts

@@ -227,6 +227,11 @@ def test_bad_options_raise(model, choices):
         optimize_acqf_adaptive_batch(
             model, None, "global", 0.5, 3, choices=choices, hallucination="ful"
         )
+    for name in ("allow_repeats", "reuse_restarts"):
+        with pytest.raises(ValueError, match=f"{name} must be a bool"):
+            optimize_acqf_adaptive_batch(
+                model, None, "global", 0.5, 3, choices=choices, **{name: "False"}
+            )
 
 
 def test_float32_model_gives_the_float64_batch(model, choices):
