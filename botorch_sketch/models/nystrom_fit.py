@@ -39,7 +39,7 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
@@ -57,14 +57,18 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SketchState", "fit_nystrom_gp", "hyperparameter_state", "refit_due"]
+__all__ = [
+    "RefitDecision",
+    "SketchState",
+    "fit_nystrom_gp",
+    "hyperparameter_state",
+    "refit_due",
+]
 
 #: State-dict prefixes that are not hyperparameters: transforms are refitted to
 #: the current data by the new model itself.
 _NOT_HYPERPARAMETERS = ("outcome_transform.", "input_transform.", EXTRA_STATE_KEY)
 
-#: How :func:`refit_due` names a drift-triggered refit.
-_DRIFT = "likelihood drifted"
 
 
 @dataclass(frozen=True)
@@ -220,22 +224,39 @@ def hyperparameter_state(model: NystromGP) -> dict[str, Tensor]:
     return state
 
 
-def refit_due(model: NystromGP, state: SketchState) -> tuple[bool, str]:
+class RefitDecision(NamedTuple):
+    r"""What :func:`refit_due` decided: ``cause`` is ``"growth"``, ``"drift"`` or
+    ``None`` (keep the warm hyperparameters); ``message`` says why, for the log."""
+
+    cause: str | None
+    message: str
+
+    @property
+    def due(self) -> bool:
+        return self.cause is not None
+
+
+def refit_due(model: NystromGP, state: SketchState) -> RefitDecision:
     r"""Whether the warm-started hyperparameters must be refitted, and why.
 
-    Due when ``n >= (1 + refit_growth) num_fit_points`` (growth), or when the
-    per-point loss of the current fit subsample at the warm hyperparameters exceeds
-    ``state.fit_loss`` by more than ``refit_tolerance`` (drift; needs the exact
-    objective). The drift check costs one ``O(s^3)`` loss evaluation.
+    Due when ``n >= (1 + refit_growth) num_fit_points`` (cause ``"growth"``), or
+    when the per-point loss of the current fit subsample at the warm
+    hyperparameters exceeds ``state.fit_loss`` by more than ``refit_tolerance``
+    (cause ``"drift"``; needs the exact objective). The drift check costs one
+    ``O(s^3)`` loss evaluation.
     """
     n = model.num_training_points
     if n >= (1.0 + model.refit_growth) * max(state.num_fit_points, 1):
-        return True, f"data grew from {state.num_fit_points} to {n} points"
+        return RefitDecision(
+            "growth", f"data grew from {state.num_fit_points} to {n} points"
+        )
     if model.objective == "exact" and math.isfinite(state.fit_loss):
         loss = subsample_loss(model)
         if loss > state.fit_loss + model.refit_tolerance:
-            return True, f"{_DRIFT} ({state.fit_loss:.4f} -> {loss:.4f})"
-    return False, "warm hyperparameters kept"
+            return RefitDecision(
+                "drift", f"likelihood drifted ({state.fit_loss:.4f} -> {loss:.4f})"
+            )
+    return RefitDecision(None, "warm hyperparameters kept")
 
 
 def subsample_loss(model: NystromGP) -> float:
@@ -271,10 +292,10 @@ def fit_nystrom_gp(
             initial = hyperparameter_state(model)
             model.load_state_dict(warm.hyperparameters, strict=False)
             model._num_draws = max(model._num_draws, warm.num_draws)
-            due, reason = refit_due(model, warm)
-            logger.info("NystromGP warm start: %s.", reason)
-            if due:
-                if reason.startswith(_DRIFT):
+            decision = refit_due(model, warm)
+            logger.info("NystromGP warm start: %s.", decision.message)
+            if decision.due:
+                if decision.cause == "drift":
                     drift_refits = warm.drift_refits + 1
                 loss = _scheduled_refit(
                     model, fit_kwargs, initial, cold_restart=drift_refits >= 2

@@ -27,6 +27,7 @@ from botorch_sketch.models.nystrom_fit import (
     _fit_hyperparameters,
     _objective,
     hyperparameter_state,
+    refit_due,
 )
 
 DT = torch.float64
@@ -666,6 +667,24 @@ class TestNystromGPBudget(BotorchTestCase):
             .drift_refits,
             2,
         )
+
+    def test_refit_due_names_its_cause(self):
+        """Growth, drift, or keep: the decision carries its cause as data."""
+        X, Y = make_data(n=200, d=3)
+        opts = dict(seed=0, exact_max_n=0, max_dictionary_size=60)
+        state = fitted(NystromGP(X[:160], Y[:160], **opts)).sketch_state()
+
+        def decide(n, fit_loss):
+            model = NystromGP(X[:n], Y[:n], **opts)
+            model.load_state_dict(state.hyperparameters, strict=False)
+            return refit_due(model, replace(state, fit_loss=fit_loss))
+
+        self.assertEqual(decide(200, state.fit_loss).cause, "growth")
+        drift = decide(170, state.fit_loss - 1.0)
+        self.assertEqual((drift.cause, drift.due), ("drift", True))
+        self.assertIn("likelihood drifted", drift.message)
+        kept = decide(170, state.fit_loss + 1.0)
+        self.assertEqual((kept.cause, kept.due), (None, False))
 
     def test_warm_start_chain_is_reproducible_and_json_ready(self):
         X, Y = rough_data(240)
