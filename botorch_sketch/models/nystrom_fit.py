@@ -233,6 +233,7 @@ class RefitDecision(NamedTuple):
 
     @property
     def due(self) -> bool:
+        """Whether to refit (a cause was found)."""
         return self.cause is not None
 
 
