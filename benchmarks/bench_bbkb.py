@@ -216,9 +216,7 @@ def run_method(
         )
     exact_beta = beta if isinstance(beta, float) else "paper"
     if method == "gp_ucb":
-        return run_gp_ucb(
-            arms, oracle, T, kernel, args.lam, exact_beta, **common
-        )
+        return run_gp_ucb(arms, oracle, T, kernel, args.lam, exact_beta, **common)
     if method == "gp_bucb":
         return run_gp_bucb(
             arms,
@@ -433,7 +431,7 @@ def both_scalings(dataset: str, out: pathlib.Path) -> list[str]:
     code, ``beta="reference_code"``); without it, a line says so.
     """
     path = out / "bbkb_reference.csv"
-    head = ["## Both feature scalings (Global-BBKB, `beta=\"reference_code\"`)", ""]
+    head = ['## Both feature scalings (Global-BBKB, `beta="reference_code"`)', ""]
     if not path.is_file():
         return [*head, "`bbkb_reference.csv` not found: run `bench_resparsify.py`.", ""]
     with path.open() as fh:

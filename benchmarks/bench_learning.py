@@ -70,9 +70,22 @@ def run_one(X, f, T: int, seed: int, method: str) -> dict:
     oracle = noisy_oracle(f, NOISE_STD, torch.Generator().manual_seed(1000 + seed))
     res, times = timed(
         lambda: run_bbkb(
-            X, oracle, T, make_kernel(method), LAM, C=C, q_bar=Q_BAR,
-            beta="reference_code", xi=NOISE_STD, delta=1.0 / T, F=1.0, init=init,
-            f_true=f, seed=seed, progress=False, learn=method != "tuned",
+            X,
+            oracle,
+            T,
+            make_kernel(method),
+            LAM,
+            C=C,
+            q_bar=Q_BAR,
+            beta="reference_code",
+            xi=NOISE_STD,
+            delta=1.0 / T,
+            F=1.0,
+            init=init,
+            f_true=f,
+            seed=seed,
+            progress=False,
+            learn=method != "tuned",
         )  # fmt: skip
     )
     fits = res.kernel_fits

@@ -424,7 +424,7 @@ def categorical(args, module) -> None:
         "`categorical_library()`: 6 categorical inputs x 5 levels, one-hot, rows "
         "scaled to unit norm (15,625 arms), reward = main effects + pairwise "
         "interactions rescaled to [0, 1], noise sd 0.1; RBF lengthscale 1, "
-        "`lam = 1e-2`, `C = 2`, `q_bar = 2`, `beta=\"reference_code\"`, "
+        '`lam = 1e-2`, `C = 2`, `q_bar = 2`, `beta="reference_code"`, '
         "`delta = 1/T`, initial arms 0 and 1, seed 0. Every pulled arm has `q_bar "
         "s2 >= 1`, so every pull enters the dictionary (m = t) and every batch has "
         "one point. One run per T; *time* excludes the oracle, *CPU* is the whole "

@@ -26,8 +26,12 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "benchmarks/bench_nystrom.py",
         (
-            "--methods", "nystrom2000", "--datasets", "synthetic",
-            "--sizes", "4000,20000,100000",
+            "--methods",
+            "nystrom2000",
+            "--datasets",
+            "synthetic",
+            "--sizes",
+            "4000,20000,100000",
         ),  # fmt: skip
     ),
     # Before bench_bbkb, whose reports quote bbkb_reference.csv. The authors' code
@@ -68,8 +72,12 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "benchmarks/bench_perf.py",
         (
-            "--standardized-runs", "1", "--T-standardized", "1000",
-            "--nystrom-threads", "2",
+            "--standardized-runs",
+            "1",
+            "--T-standardized",
+            "1000",
+            "--nystrom-threads",
+            "2",
         ),  # fmt: skip
     ),
     ("benchmarks/bench_ax.py", ()),

@@ -368,8 +368,7 @@ def categorical_library(
     """
     if num_inputs < 1 or num_levels < 2:
         raise ValueError(
-            f"need num_inputs >= 1 and num_levels >= 2, got {num_inputs}, "
-            f"{num_levels}."
+            f"need num_inputs >= 1 and num_levels >= 2, got {num_inputs}, {num_levels}."
         )
     _check_float_dtype(dtype)
     A = num_levels**num_inputs

@@ -70,7 +70,6 @@ __all__ = [
 _NOT_HYPERPARAMETERS = ("outcome_transform.", "input_transform.", EXTRA_STATE_KEY)
 
 
-
 @dataclass(frozen=True)
 class SketchState:
     r"""What a :class:`NystromGP` carries to the next model of a loop.

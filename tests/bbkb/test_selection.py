@@ -223,7 +223,7 @@ def test_select_batch_with_pending_and_excluded_arms(allow_repeats):
     state, _, _ = make_state(seed=5, m=30, n_pulled=60)
     alpha, pending = 3.0, [4, 17]
     excluded = torch.zeros(state.num_arms, dtype=torch.bool)
-    excluded[:: 3] = True
+    excluded[::3] = True
     batch = select_batch(
         state, alpha, make_rule("global", 2.0), max_batch_size=6,
         min_batch_size=6, allow_repeats=allow_repeats, excluded=excluded,

@@ -663,8 +663,9 @@ class TestNystromGPBudget(BotorchTestCase):
         self.assertLess(float(grown.covar_module.lengthscale.detach().max()), 0.1)
         self.assertEqual(grown.sketch_state().drift_refits, 0)
         self.assertEqual(
-            SketchState.from_dict(json.loads(json.dumps(model.sketch_state().to_dict())))
-            .drift_refits,
+            SketchState.from_dict(
+                json.loads(json.dumps(model.sketch_state().to_dict()))
+            ).drift_refits,
             2,
         )
 
