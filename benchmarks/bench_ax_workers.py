@@ -9,6 +9,9 @@ Ax's methods:
 - ``bbkb k-fill``: ``get_generation_strategy("bbkb", min_batch_size=k)``: the
   global rule's batch, filled to ``k`` points with the next points of the same
   hallucinated-UCB sequence (GP-BUCB's batch; the documented way for k workers);
+- ``bbkb k-fill thompson``: the same with ``thompson_fill=0.5``: the last
+  ``floor((k - 1) / 2)`` points of the fill are maximisers of posterior samples
+  (Thompson sampling) instead of greedy points;
 - ``bbkb adaptive``: the plain rule, at most ``k`` points (the batch the rule
   chose; fewer evaluations per round);
 - ``qUCB`` and ``qLogNEI``: Ax's ``get_sobol_botorch_modular_acquisition`` with
@@ -62,7 +65,13 @@ from harness import (  # noqa: E402
 )
 
 OPTIMUM = -3.32237
-METHODS = ("bbkb k-fill", "bbkb adaptive", "qUCB", "qLogNEI")
+METHODS = ("bbkb k-fill", "bbkb k-fill thompson", "bbkb adaptive", "qUCB", "qLogNEI")
+#: Strategy options of the BBKB methods (``k`` is the number of workers).
+BBKB_OPTIONS = {
+    "bbkb k-fill": lambda k: {"min_batch_size": k, "thompson_fill": 0.0},
+    "bbkb k-fill thompson": lambda k: {"min_batch_size": k, "thompson_fill": 0.5},
+    "bbkb adaptive": lambda k: {},
+}
 COLUMNS = ("method", "seeds", "rounds", "evaluations", "best value", "worst seed")
 COLUMNS += ("simple regret", "Ax fit + gen wall [s]")
 
@@ -70,9 +79,13 @@ COLUMNS += ("simple regret", "Ax fit + gen wall [s]")
 def make_method(name: str, k: int, sobol_rounds: int, seed: int) -> BenchmarkMethod:
     """The ``BenchmarkMethod`` of ``name`` with batches of (at most) ``k`` arms."""
     if name.startswith("bbkb"):
-        options = {"min_batch_size": k} if name == "bbkb k-fill" else {}
         return sketch_method(
-            name, "bbkb", seed=seed, sobol_trials=sobol_rounds, batch_size=k, **options
+            name,
+            "bbkb",
+            seed=seed,
+            sobol_trials=sobol_rounds,
+            batch_size=k,
+            **BBKB_OPTIONS[name](k),
         )
     acqf = {"qUCB": qUpperConfidenceBound, "qLogNEI": qLogNoisyExpectedImprovement}
     return botorch_method(name, acqf[name], sobol_trials=sobol_rounds, batch_size=k)

@@ -34,6 +34,11 @@ Options (``acquisition_options`` of the generator, stored in Ax JSON):
 - ``reuse_restarts`` (``True``): on a box, every greedy step after the first
   starts from the previous step's local maxima, perturbed, instead of fresh raw
   samples (:func:`~botorch_sketch.optim.optimize_acqf_adaptive_batch`).
+- ``thompson_fill`` (``0``): on a box, the
+  fraction of the points that ``min_batch_size`` adds past the rule's stop that
+  are maximisers of posterior samples (Thompson sampling) rather than the next
+  greedy points; ignored (logged) on mixed, discrete or constrained domains and
+  on candidate sets, where every point is greedy.
 
 The optimiser options Ax forwards (``num_restarts``, ``raw_samples``, ``options``)
 are used on a box.
@@ -74,6 +79,7 @@ ADAPTIVE_BATCH_OPTIONS: dict[str, Any] = {
     "seed": 0,
     "num_reference_points": 1024,
     "reuse_restarts": True,
+    "thompson_fill": 0.0,
 }
 #: Keys that Ax itself may put into ``acquisition_options``.
 _AX_OWNED_OPTIONS = frozenset({"prune_irrelevant_parameters", "subset_model"})
@@ -108,6 +114,17 @@ class AdaptiveBatchAcquisition(Acquisition):
 
     def _option(self, key: str) -> Any:
         return self.options.get(key, ADAPTIVE_BATCH_OPTIONS[key])
+
+    def _thompson_fill(self, plain_box: bool) -> float:
+        r"""The ``thompson_fill`` option where it applies (a plain box), else 0."""
+        fill = float(self._option("thompson_fill"))
+        if fill > 0 and not plain_box:
+            logger.info(
+                "thompson_fill=%g applies on a box only; this batch is all greedy.",
+                fill,
+            )
+            return 0.0
+        return fill
 
     def optimize(
         self,
@@ -187,6 +204,9 @@ class AdaptiveBatchAcquisition(Acquisition):
             step_optimizer=step_optimizer,
             reference_points=reference,
             reuse_restarts=bool(self._option("reuse_restarts")),
+            thompson_fill=self._thompson_fill(
+                choices is None and step_optimizer is None
+            ),
         )
         if rounding_func is not None and choices is None and step_optimizer is None:
             # Library rows are kept exactly as given (Ax's rounding callback goes

@@ -47,6 +47,16 @@ def _finite(low: float, strict: bool) -> Validator:
     return check
 
 
+def _fraction(value: Any, key: str) -> None:
+    ok = (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and 0.0 <= value <= 1.0
+    )
+    if not ok:
+        raise ValueError(f"{key} must be a number in [0, 1], got {value!r}.")
+
+
 def _boolean(value: Any, key: str) -> None:
     if not isinstance(value, bool):
         raise ValueError(f"{key} must be True or False, got {value!r}.")
@@ -105,6 +115,7 @@ VALIDATORS: dict[str, Validator] = {
     "candidate_set": _optional(_candidate_set),
     "allow_repeats": _boolean,
     "reuse_restarts": _boolean,
+    "thompson_fill": _fraction,
     "paper_phases": _boolean,
     "subset_size": _positive_int,
     "lambda_": _finite(0.0, strict=True),

@@ -140,6 +140,7 @@ _BBKB_OPTIONS: dict[str, Any] = {
     "max_batch_size": None,
     "min_batch_size": 1,
     "reuse_restarts": True,
+    "thompson_fill": 0.0,
 }
 
 
@@ -159,6 +160,7 @@ def _nystrom_kwargs(rule: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
             "max_batch_size": opts.get("max_batch_size"),
             "min_batch_size": opts.get("min_batch_size", 1),
             "reuse_restarts": opts.get("reuse_restarts", True),
+            "thompson_fill": float(opts.get("thompson_fill", 0.0)),
             "candidate_set": opts["candidate_set"],
             "allow_repeats": opts["allow_repeats"],
             "seed": opts["seed"],
@@ -186,6 +188,8 @@ def _library_kwargs(rule: str, opts: dict[str, Any]) -> dict[str, Any]:
     r"""A finite library: the BBKB engine (:mod:`botorch_sketch.ax.library`)."""
     sketch_only = {k: v for k, v in _SKETCH_OPTIONS.items() if k != "q_bar"}
     _check_unused(opts, sketch_only, "without a candidate_set (NystromGP)")
+    box_only = {k: _BBKB_OPTIONS[k] for k in ("reuse_restarts", "thompson_fill")}
+    _check_unused(opts, box_only, "on a box, without a candidate_set")
     keys = ("q_bar", "alpha", "beta", "allow_repeats", "seed", *LIBRARY_OPTIONS)
     return {
         "candidate_set": opts["candidate_set"],

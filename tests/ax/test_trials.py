@@ -211,3 +211,24 @@ def test_reuse_restarts_option_reaches_the_box_optimiser(monkeypatch, reuse):
     assert len(batch) == 3 and seen and set(seen) == {reuse}
     with pytest.raises(ValueError, match="reuse_restarts"):
         make_client("bbkb", reuse_restarts="yes")
+
+
+def test_thompson_fill_option_fills_the_batch_on_a_box(monkeypatch):
+    import botorch_sketch.ax.acquisition as acquisition
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["thompson_fill"])
+        return optimize_acqf_adaptive_batch(*args, **kwargs)
+
+    monkeypatch.setattr(acquisition, "optimize_acqf_adaptive_batch", spy)
+    client = make_client("bbkb", min_batch_size=5, thompson_fill=1.0)
+    run_trials(client, "branin", total=6)
+    batch = get_next_batch(client, max_batch_size=5)
+    assert len(batch) == 5 and seen and set(seen) == {1.0}
+    points = torch.tensor([[p["x0"], p["x1"]] for p in batch.values()])
+    assert torch.unique(points, dim=0).shape[0] == 5  # distinct Thompson samples
+    for bad in (1.5, -0.1, True, "0.5"):
+        with pytest.raises(ValueError, match="thompson_fill must be a number"):
+            make_client("bbkb", thompson_fill=bad)

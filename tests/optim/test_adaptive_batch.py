@@ -11,7 +11,7 @@ from botorch_sketch.acquisition import BatchUpperConfidenceBound
 from botorch_sketch.bbkb.stopping import GlobalLocalRule, GlobalRule, ProductRule
 from botorch_sketch.models import NystromGP
 from botorch_sketch.optim import adaptive_batch, optimize_acqf_adaptive_batch
-from botorch_sketch.optim.adaptive_batch import _restart_points
+from botorch_sketch.optim.adaptive_batch import _restart_points, thompson_fill_points
 
 DT = torch.float64
 BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=DT)
@@ -227,6 +227,15 @@ def test_bad_options_raise(model, choices):
         optimize_acqf_adaptive_batch(
             model, None, "global", 0.5, 3, choices=choices, hallucination="ful"
         )
+    for bad in (-0.1, 1.5, True, "0.5"):
+        with pytest.raises(ValueError, match="thompson_fill must be a number"):
+            optimize_acqf_adaptive_batch(
+                model, BOUNDS, "global", 0.5, 3, thompson_fill=bad, **FAST
+            )
+    with pytest.raises(ValueError, match="thompson_fill > 0 needs a box"):
+        optimize_acqf_adaptive_batch(
+            model, None, "global", 0.5, 3, choices=choices, thompson_fill=0.5
+        )
     for name in ("allow_repeats", "reuse_restarts"):
         with pytest.raises(ValueError, match=f"{name} must be a bool"):
             optimize_acqf_adaptive_batch(
@@ -275,6 +284,49 @@ def test_min_batch_size_continues_the_greedy_sequence(model, choices, domain):
         optimize_acqf_adaptive_batch(
             model, BOUNDS, "global", min_batch_size=13, **common, **kw
         )
+
+
+@pytest.mark.parametrize("fill", [0.5, 1.0])
+def test_thompson_fill_completes_the_batch_after_the_greedy_points(model, fill):
+    """With thompson_fill = f the greedy sequence stops at min_batch_size -
+    floor(f (min_batch_size - 1)) points; Thompson samples fill the rest."""
+    common = dict(alpha=0.5, max_batch_size=12, seed=3, C=1.0, min_batch_size=9)
+    greedy, _ = optimize_acqf_adaptive_batch(model, BOUNDS, "global", **common, **FAST)
+    got, values = optimize_acqf_adaptive_batch(
+        model, BOUNDS, "global", thompson_fill=fill, **common, **FAST
+    )
+    num_greedy = 9 - int(fill * 8)
+    assert got.shape == (9, 2) and values.shape == (9,)
+    torch.testing.assert_close(got[:num_greedy], greedy[:num_greedy])
+    sampled = thompson_fill_points(model, BOUNDS, 9 - num_greedy, seed=3 + 104_729)
+    torch.testing.assert_close(got[num_greedy:], sampled)
+    assert torch.unique(got[num_greedy:], dim=0).shape[0] == 9 - num_greedy
+    assert ((got >= 0) & (got <= 1)).all()
+    # Their values are the batch-start UCB (the caller's pending points only).
+    start = BatchUpperConfidenceBound(model, alpha=0.5)
+    with torch.no_grad():
+        expected = start(got[num_greedy:].unsqueeze(-2))
+    torch.testing.assert_close(values[num_greedy:], expected)
+    again, _ = optimize_acqf_adaptive_batch(
+        model, BOUNDS, "global", thompson_fill=fill, **common, **FAST
+    )
+    assert torch.equal(again, got)  # seeded
+
+
+def test_thompson_fill_points_follow_the_posterior(model):
+    """Maximisers of posterior samples sit where the posterior mean is high, and
+    minimisers (maximize=False) where it is low."""
+    high = thompson_fill_points(model, BOUNDS, 8, seed=0)
+    low = thompson_fill_points(model, BOUNDS, 8, maximize=False, seed=0)
+    grid = torch.rand(2000, 2, generator=torch.Generator().manual_seed(1), dtype=DT)
+    with torch.no_grad():
+        mean = model.posterior(grid).mean.reshape(-1)
+        at_high = model.posterior(high).mean.reshape(-1)
+        at_low = model.posterior(low).mean.reshape(-1)
+    # sin(5 x1) + sin(5 x2) on [0, 1]^2 spans about [-2, 2]; the posterior sd
+    # at the data is about 0.05-0.2, so the samples' extremes are the mean's.
+    assert float(at_high.min()) > float(torch.quantile(mean, 0.8))
+    assert float(at_low.max()) < float(torch.quantile(mean, 0.2))
 
 
 # ---------------------------------------------------------------------------------
