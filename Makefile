@@ -27,6 +27,7 @@ setup: $(STAMP)
 
 lint: setup
 	$(RUFF) check botorch_sketch tests benchmarks
+	$(RUFF) format --check botorch_sketch tests benchmarks
 
 # Two xdist workers on two cores: one BLAS/OpenMP thread each avoids oversubscription.
 # The outcome tests run a second time under another numeric path (floating point
