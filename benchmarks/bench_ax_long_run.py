@@ -13,8 +13,13 @@ Runs (each a fresh seeded ``ax.Client``, Hartmann6 on [0, 1]^6 minimised, noise 
   ``get_next_batch(client, max_batch_size=50)``: the global rule chooses each
   batch's size (one point while the posterior variance at the UCB maximisers is
   large against the noise).
-- ``bbkb-min50``: the same with ``min_batch_size=50``, the documented way for 50
-  parallel workers (each batch filled to 50 points by the rule's greedy sequence).
+- ``bbkb-min50`` (seed 0) and ``bbkb-min50-seed<s>``: the same with
+  ``min_batch_size=50``, the documented way for 50 parallel workers, each batch
+  filled to 50 points by the rule's greedy sequence (``thompson_fill=0``, the
+  default before stop 23).
+- ``bbkb-min50-thompson-seed<s>``: the same with ``thompson_fill=0.5`` (the
+  default since): the last 24 points of each filled batch are maximisers of
+  posterior samples.
 - ``ax-default``: ``client.configure_generation_strategy()`` defaults,
   ``client.get_next_trials(1)`` per call.
 
@@ -59,11 +64,25 @@ from ax_hartmann import (  # noqa: E402
 #: run name: (strategy, strategy options, max batch size; None: get_next_trials(1))
 RUNS: dict[str, tuple[str, dict[str, Any], int | None]] = {
     "bbkb": ("bbkb", {"seed": 0}, 50),
-    "bbkb-min50": ("bbkb", {"seed": 0, "min_batch_size": 50}, 50),
-    # Seed 0 stalls near -3.13 (bbkb_exploration.md section 7); other seeds:
+    # 50-point batches filled by the greedy sequence (the default before stop 23);
+    # seed 0 stalls near -3.13 (bbkb_exploration.md section 7):
+    "bbkb-min50": ("bbkb", {"seed": 0, "min_batch_size": 50, "thompson_fill": 0.0}, 50),
     **{
-        f"bbkb-min50-seed{s}": ("bbkb", {"seed": s, "min_batch_size": 50}, 50)
+        f"bbkb-min50-seed{s}": (
+            "bbkb",
+            {"seed": s, "min_batch_size": 50, "thompson_fill": 0.0},
+            50,
+        )
         for s in range(1, 5)
+    },
+    # Half of the fill by Thompson sampling (the default since stop 23):
+    **{
+        f"bbkb-min50-thompson-seed{s}": (
+            "bbkb",
+            {"seed": s, "min_batch_size": 50, "thompson_fill": 0.5},
+            50,
+        )
+        for s in range(5)
     },
     AX_DEFAULT: (AX_DEFAULT, {}, None),
 }
@@ -74,6 +93,7 @@ DEFAULT_CAPS = {
     "bbkb-min50-seed2": 1000.0,
     "bbkb-min50-seed3": 1000.0,
     "bbkb-min50-seed4": 1000.0,
+    **{f"bbkb-min50-thompson-seed{s}": 1000.0 for s in range(5)},
     AX_DEFAULT: 600.0,
 }
 TARGET_S = 900.0

@@ -6,12 +6,13 @@ benchmarking stack (``ax.benchmark``: registry problem, ``BenchmarkMethod``,
 ``benchmark_replication``, oracle traces), so a user can rerun it next to any of
 Ax's methods:
 
-- ``bbkb k-fill``: ``get_generation_strategy("bbkb", min_batch_size=k)``: the
-  global rule's batch, filled to ``k`` points with the next points of the same
-  hallucinated-UCB sequence (GP-BUCB's batch; the documented way for k workers);
-- ``bbkb k-fill thompson``: the same with ``thompson_fill=0.5``: the last
-  ``floor((k - 1) / 2)`` points of the fill are maximisers of posterior samples
-  (Thompson sampling) instead of greedy points;
+- ``bbkb k-fill``: ``get_generation_strategy("bbkb", min_batch_size=k,
+  thompson_fill=0.0)``: the global rule's batch, filled to ``k`` points with the
+  next points of the same hallucinated-UCB sequence (GP-BUCB's batch; the
+  strategy's default before stop 23);
+- ``bbkb k-fill thompson``: the same with ``thompson_fill=0.5`` (the default
+  since): the last ``floor((k - 1) / 2)`` points of the fill are maximisers of
+  posterior samples (Thompson sampling) instead of greedy points;
 - ``bbkb adaptive``: the plain rule, at most ``k`` points (the batch the rule
   chose; fewer evaluations per round);
 - ``qUCB`` and ``qLogNEI``: Ax's ``get_sobol_botorch_modular_acquisition`` with

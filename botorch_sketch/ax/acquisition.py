@@ -34,7 +34,7 @@ Options (``acquisition_options`` of the generator, stored in Ax JSON):
 - ``reuse_restarts`` (``True``): on a box, every greedy step after the first
   starts from the previous step's local maxima, perturbed, instead of fresh raw
   samples (:func:`~botorch_sketch.optim.optimize_acqf_adaptive_batch`).
-- ``thompson_fill`` (``0``): on a box, the
+- ``thompson_fill`` (``0``; the strategies' default is ``0.5``): on a box, the
   fraction of the points that ``min_batch_size`` adds past the rule's stop that
   are maximisers of posterior samples (Thompson sampling) rather than the next
   greedy points; ignored (logged) on mixed, discrete or constrained domains and

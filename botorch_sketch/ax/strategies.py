@@ -140,7 +140,7 @@ _BBKB_OPTIONS: dict[str, Any] = {
     "max_batch_size": None,
     "min_batch_size": 1,
     "reuse_restarts": True,
-    "thompson_fill": 0.0,
+    "thompson_fill": 0.5,
 }
 
 

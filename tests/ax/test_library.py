@@ -172,7 +172,7 @@ def test_library_only_options_are_refused_on_a_box():
         get_generation_strategy(
             "bbkb", candidate_set=torch.rand(5, 2), max_dictionary_size=10
         )
-    for option in ({"thompson_fill": 0.5}, {"reuse_restarts": False}):
+    for option in ({"thompson_fill": 0.25}, {"reuse_restarts": False}):
         with pytest.raises(ValueError, match="only apply on a box"):
             get_generation_strategy("bbkb", candidate_set=torch.rand(5, 2), **option)
     with pytest.raises(ValueError, match="schedule"):

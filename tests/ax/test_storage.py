@@ -8,12 +8,22 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from ax import Client
 from ax.storage.botorch_modular_registry import MODEL_REGISTRY
 
-from botorch_sketch.ax import list_generation_strategies, register_with_ax
+from botorch_sketch.ax import (
+    get_next_batch,
+    list_generation_strategies,
+    register_with_ax,
+)
 from botorch_sketch.models import NystromGP
-from tests.ax.helpers import make_client, run_trials, same_numeric_environment
+from tests.ax.helpers import (
+    evaluate,
+    make_client,
+    run_trials,
+    same_numeric_environment,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,3 +77,29 @@ def test_registration_is_idempotent_and_covers_our_classes():
     register_with_ax()
     register_with_ax()
     assert MODEL_REGISTRY[NystromGP] == "NystromGP"
+
+
+def test_reloaded_run_with_filled_batches_continues_alike(tmp_path):
+    """k-point batches (greedy and Thompson-sampling fill) continue alike after a
+    save and load, whatever the global random state."""
+
+    def batches(client: Client, rounds: int) -> None:
+        for _ in range(rounds):
+            for index, p in get_next_batch(client, max_batch_size=5).items():
+                client.complete_trial(index, raw_data=evaluate("branin", p, True))
+
+    options = {"min_batch_size": 5, "thompson_fill": 1.0, "initialization_budget": 3}
+    uninterrupted = make_client("bbkb", **options)
+    run_trials(uninterrupted, "branin", total=3, json_exact=True)
+    batches(uninterrupted, 3)
+
+    interrupted = make_client("bbkb", **options)
+    run_trials(interrupted, "branin", total=3, json_exact=True)
+    batches(interrupted, 2)
+    path = tmp_path / "experiment.json"
+    interrupted.save_to_json_file(str(path))
+    torch.manual_seed(12345)
+    loaded = Client.load_from_json_file(str(path))
+    batches(loaded, 1)
+    assert len(arms_of(loaded)) == 3 + 3 * 5
+    assert arms_of(loaded) == arms_of(uninterrupted)
