@@ -327,6 +327,9 @@ def test_thompson_fill_points_follow_the_posterior(model):
     # at the data is about 0.05-0.2, so the samples' extremes are the mean's.
     assert float(at_high.min()) > float(torch.quantile(mean, 0.8))
     assert float(at_low.max()) < float(torch.quantile(mean, 0.2))
+    for bad in (0, 2.0, True):
+        with pytest.raises(ValueError, match="num_points must be a positive int"):
+            thompson_fill_points(model, BOUNDS, bad)
 
 
 # ---------------------------------------------------------------------------------
