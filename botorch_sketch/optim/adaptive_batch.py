@@ -126,6 +126,8 @@ THOMPSON_SOBOL_POINTS = 4096
 THOMPSON_LOCAL_CENTERS = 32
 THOMPSON_LOCAL_PER_CENTER = 64
 THOMPSON_LOCAL_STEP = 0.05
+#: Offset of the fill's seed from the batch's ``seed`` (its own random stream).
+THOMPSON_SEED_OFFSET = 104_729
 
 
 def optimize_acqf_adaptive_batch(
@@ -363,7 +365,7 @@ def optimize_acqf_adaptive_batch(
             num_thompson,
             posterior_transform=posterior_transform,
             maximize=maximize,
-            seed=seed + 104_729,
+            seed=seed + THOMPSON_SEED_OFFSET,
         )
         with torch.no_grad():
             sampled_values = start(sampled.unsqueeze(-2)).reshape(-1)
@@ -410,7 +412,6 @@ def thompson_fill_points(
         raise ValueError(f"num_points must be a positive int, got {num_points!r}.")
     dtype = model._compute_dtype
     bounds = bounds.to(dtype)
-    d = bounds.shape[-1]
     sign = 1.0 if maximize else -1.0
     weights = torch.ones(1, dtype=dtype, device=bounds.device)
     offset = 0.0
@@ -426,8 +427,7 @@ def thompson_fill_points(
     sobol = draw_sobol_samples(bounds, n=THOMPSON_SOBOL_POINTS, q=1, seed=seed).squeeze(
         -2
     )
-    candidates = [sobol, _near_best_points(model, bounds, transform, seed)]
-    candidates = torch.cat([c.reshape(-1, d) for c in candidates])
+    candidates = torch.cat([sobol, _near_best_points(model, bounds, transform, seed)])
     sampler = EmbeddingThompsonSampling(
         model, posterior_transform=transform, replacement=False, seed=seed
     )
@@ -445,6 +445,10 @@ def _near_best_points(
     The training inputs are taken back to the model's input space through its
     input transform; an input transform without ``untransform`` gives no local
     candidates (the Sobol points remain).
+
+    Returns:
+        A ``k x d`` tensor (``k = THOMPSON_LOCAL_CENTERS x
+        THOMPSON_LOCAL_PER_CENTER`` at most).
     """
     X = model.train_inputs[0]
     transform_in = getattr(model, "input_transform", None)
@@ -466,7 +470,8 @@ def _near_best_points(
         device=X.device,
     )
     near = centers.unsqueeze(1) + THOMPSON_LOCAL_STEP * (bounds[1] - bounds[0]) * steps
-    return torch.minimum(torch.maximum(near, bounds[0]), bounds[1])
+    near = torch.minimum(torch.maximum(near, bounds[0]), bounds[1])
+    return near.reshape(-1, X.shape[-1])
 
 
 # ---------------------------------------------------------------------------------

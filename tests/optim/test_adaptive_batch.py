@@ -11,7 +11,11 @@ from botorch_sketch.acquisition import BatchUpperConfidenceBound
 from botorch_sketch.bbkb.stopping import GlobalLocalRule, GlobalRule, ProductRule
 from botorch_sketch.models import NystromGP
 from botorch_sketch.optim import adaptive_batch, optimize_acqf_adaptive_batch
-from botorch_sketch.optim.adaptive_batch import _restart_points, thompson_fill_points
+from botorch_sketch.optim.adaptive_batch import (
+    THOMPSON_SEED_OFFSET,
+    _restart_points,
+    thompson_fill_points,
+)
 
 DT = torch.float64
 BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=DT)
@@ -298,7 +302,9 @@ def test_thompson_fill_completes_the_batch_after_the_greedy_points(model, fill):
     num_greedy = 9 - int(fill * 8)
     assert got.shape == (9, 2) and values.shape == (9,)
     torch.testing.assert_close(got[:num_greedy], greedy[:num_greedy])
-    sampled = thompson_fill_points(model, BOUNDS, 9 - num_greedy, seed=3 + 104_729)
+    sampled = thompson_fill_points(
+        model, BOUNDS, 9 - num_greedy, seed=3 + THOMPSON_SEED_OFFSET
+    )
     torch.testing.assert_close(got[num_greedy:], sampled)
     assert torch.unique(got[num_greedy:], dim=0).shape[0] == 9 - num_greedy
     assert ((got >= 0) & (got <= 1)).all()
