@@ -242,7 +242,7 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
             )
         self.hallucination = hallucination
         self._sign, self._offset = _validate_posterior_transform(posterior_transform)
-        alpha_t = torch.as_tensor(alpha, dtype=model._compute_dtype)
+        alpha_t = torch.as_tensor(alpha, dtype=model.compute_dtype)
         if alpha_t.numel() != 1 or not bool(torch.isfinite(alpha_t)) or alpha_t < 0:
             raise ValueError(
                 f"alpha must be a finite non-negative scalar, got {alpha!r}."
@@ -372,7 +372,7 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
                     "engine's update); build the UCB with hallucination="
                     "'dictionary' to give it pending points."
                 )
-            X = choices.to(model._compute_dtype)
+            X = choices.to(model.compute_dtype)
             terms = [self._mean_and_rls_variance(c) for c in X.split(chunk_size)]
             arms = model.transform_inputs(X)
             kernel = as_dense_kernel(model.covar_module, arms)
@@ -445,7 +445,7 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
         model = self.model
         if model.training:  # eval() walks every submodule: not on every call
             model.eval()
-        source = model._posterior_cache()["factor"]
+        source = model.dtc_parts().factor
         old = self._frozen
         X_pending = self.X_pending
         if old is not None and old.source is source:
@@ -471,7 +471,7 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
 
     def _features(self, X: Tensor) -> _Features:
         cache = self._cache()
-        Xt = self.model.transform_inputs(X.to(self.model._compute_dtype))
+        Xt = self.model.transform_inputs(X.to(self.model.compute_dtype))
         mean, P, N = linalg.dtc_features(
             cache.predictor, _dense_kernel(self.model, Xt, cache.S)
         )
@@ -528,18 +528,17 @@ def _build_cache(
     ``O(p m (d + r) + p^2 (p + r))`` under the full one.
     """
     with torch.no_grad():
-        pc = model._posterior_cache()
-        S, W, factor = pc["S"], pc["W"], pc["factor"]
+        S, W, factor = model.dtc_parts()
         lam = _noise_level(model)
         if old is None:
-            start = model._predictor()
+            start = model.dtc_predictor()
             if not start.folded:  # built for data with gradients
                 start = linalg.dtc_predictor(W, factor)
             L_t, rows, pending = factor.chol, X_pending, None
         else:
             start, L_t, rows, pending = old.start, old.chol, new_rows, old.pending
         if rows is not None and rows.shape[0] > 0:
-            Xp = model.transform_inputs(rows.to(model._compute_dtype))
+            Xp = model.transform_inputs(rows.to(model.compute_dtype))
             K_pS = _dense_kernel(model, Xp, S)
             if hallucination == "full":
                 P = K_pS @ start.basis[..., 1:]
@@ -619,10 +618,10 @@ def _validate_model(model: Any) -> None:
             "BatchUpperConfidenceBound supports single-output NystromGP models only "
             f"(got {model.num_outputs} outputs); fit one model per outcome."
         )
-    if len(model._input_batch_shape) > 0:
+    if len(model.batch_shape) > 0:
         raise UnsupportedError(
             "BatchUpperConfidenceBound supports unbatched models only, got batch "
-            f"shape {tuple(model._input_batch_shape)}."
+            f"shape {tuple(model.batch_shape)}."
         )
     ot = getattr(model, "outcome_transform", None)
     if ot is not None and not ot._is_linear:
@@ -683,7 +682,7 @@ def _untransform_mean(model: NystromGP, mean_t: Tensor) -> Tensor:
 
 
 def _input_dim(model: NystromGP) -> int:
-    return model._original_train_inputs.shape[-1]
+    return model.input_dim
 
 
 def _same_points(A: Tensor | None, B: Tensor | None) -> bool:

@@ -55,14 +55,14 @@ class GOUCBExactUCB(AnalyticAcquisitionFunction):
         flat = X_tf.reshape(-1, X_tf.shape[-1])
         _, W = ellipsoid_inner_max(
             model.network,
-            model._layout,
+            model.layout,
             model.confidence_set,
             self.beta,
             flat,
             steps=self.steps,
             step_size=self.step_size,
         )
-        values, _ = rowwise_values_and_jacobian(model.network, model._layout, W, flat)
+        values, _ = rowwise_values_and_jacobian(model.network, model.layout, W, flat)
         values = values.unsqueeze(-1)
         if hasattr(model, "outcome_transform"):
             values, _ = model.outcome_transform.untransform(values)

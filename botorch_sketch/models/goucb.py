@@ -230,6 +230,12 @@ class GOUCBModel(ModelOptionsMixin, Model):
     # ----------------------------------------------------------------------------
 
     @property
+    def layout(self) -> ParameterLayout:
+        r"""The :class:`~botorch_sketch.goucb.network.ParameterLayout` mapping the
+        network's parameters to the flat weight vector ``w`` (``d_w`` entries)."""
+        return self._layout
+
+    @property
     def num_outputs(self) -> int:
         return 1
 

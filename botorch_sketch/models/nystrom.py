@@ -49,7 +49,7 @@ from __future__ import annotations
 import logging
 import math
 from copy import deepcopy
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from botorch.acquisition.objective import PosteriorTransform
@@ -146,6 +146,14 @@ __all__ = [
     "ROW_UNIFORM_BLOCK",
     "NystromGP",
 ]
+
+
+class DTCParts(NamedTuple):
+    r"""Parts of a :class:`NystromGP`'s DTC posterior (:meth:`NystromGP.dtc_parts`)."""
+
+    inducing_points: Tensor
+    embedding_map: Tensor
+    factor: linalg.DTCFactor
 
 
 class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
@@ -406,9 +414,16 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         return self._train_X.shape[-2]
 
     @property
-    def _compute_dtype(self) -> torch.dtype:
+    def compute_dtype(self) -> torch.dtype:
         """The dtype the model computes in (that of its training data)."""
         return self._train_X.dtype
+
+    _compute_dtype = compute_dtype
+
+    @property
+    def input_dim(self) -> int:
+        r"""Number of input features ``d`` of the (untransformed) training inputs."""
+        return self._original_train_inputs.shape[-1]
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> NystromGP:
         # ``.to()`` / ``.double()`` / ``.cuda()`` convert every tensor of the model;
@@ -540,12 +555,27 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         return self._cache
 
     def _predictor(self) -> linalg.DTCPredictor:
-        r"""The posterior's :class:`~botorch_sketch.linalg.DTCPredictor`, built on
-        first use (folded unless the training data carry gradients)."""
         cache = self._posterior_cache()
         if cache["predictor"] is None:
             cache["predictor"] = linalg.dtc_predictor(cache["W"], cache["factor"])
         return cache["predictor"]
+
+    def dtc_predictor(self) -> linalg.DTCPredictor:
+        r"""The posterior's :class:`~botorch_sketch.linalg.DTCPredictor`, built on
+        first use (folded unless the training data carry gradients)."""
+        return self._predictor()
+
+    def dtc_parts(self) -> DTCParts:
+        r"""The current DTC posterior's parts: dictionary points ``S``
+        (``|S| x d``, transformed space), embedding map ``W`` (``|S| x r``) and the
+        :class:`~botorch_sketch.linalg.DTCFactor` of the data.
+
+        The returned objects are rebuilt (new identities) whenever the data, the
+        dictionary or the hyperparameters change, so ``parts.factor is old.factor``
+        tells a caller that its derived caches are still valid.
+        """
+        cache = self._posterior_cache()
+        return DTCParts(cache["S"], cache["W"], cache["factor"])
 
     # ----------------------------------------------------------------------------
     # Fitting (the strategy lives in botorch_sketch.models.nystrom_fit)

@@ -268,7 +268,7 @@ def optimize_acqf_adaptive_batch(
             "num_reference_points must be a positive int, got "
             f"{num_reference_points!r}."
         )
-    dtype = model._compute_dtype
+    dtype = model.compute_dtype
     if choices is not None:
         start = BatchUpperConfidenceBound(
             model, alpha, posterior_transform, maximize, X_pending=X_pending
@@ -410,7 +410,7 @@ def thompson_fill_points(
         isinstance(num_points, int) and num_points >= 1
     ):
         raise ValueError(f"num_points must be a positive int, got {num_points!r}.")
-    dtype = model._compute_dtype
+    dtype = model.compute_dtype
     bounds = bounds.to(dtype)
     sign = 1.0 if maximize else -1.0
     weights = torch.ones(1, dtype=dtype, device=bounds.device)
@@ -716,7 +716,7 @@ def _validate_inputs(
         isinstance(max_batch_size, int) and max_batch_size >= 1
     ):
         raise ValueError(f"max_batch_size must be an int >= 1, got {max_batch_size!r}.")
-    d = model._original_train_inputs.shape[-1]
+    d = model.input_dim
     if bounds is None and choices is None:
         raise ValueError("give either `bounds` (a box) or `choices` (a finite set).")
     if bounds is not None:

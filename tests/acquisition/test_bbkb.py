@@ -83,7 +83,7 @@ def test_model_cache_built_with_data_gradients_gives_the_same_ucb():
     expected = BatchUpperConfidenceBound(model, alpha=0.7)(X)
     cache = model._posterior_cache()
     cache["predictor"] = linalg.dtc_predictor(cache["W"], cache["factor"], fold=False)
-    assert not model._predictor().folded
+    assert not model.dtc_predictor().folded
     val = BatchUpperConfidenceBound(model, alpha=0.7)(X)
     torch.testing.assert_close(val, expected, rtol=1e-10, atol=1e-10)
 
