@@ -352,7 +352,7 @@ def categorical_library(
     with standard normal ``theta`` and ``phi`` drawn from ``seed``, rescaled to
     ``[0, 1]`` (:func:`rescale_target`). With an RBF kernel of lengthscale ~1 on
     this encoding the effective dimension is large: used by the BBKB benchmarks for
-    the regime where the dictionary grows with ``t`` (issue 14).
+    the regime where the dictionary grows with ``t``.
 
     Args:
         num_inputs: Number of categorical inputs (``>= 1``).

@@ -669,15 +669,12 @@ def rls_inclusion_probabilities(
     - ``repeats="per_pull"``: ``1 - (1 - p)^{n_i}``, one independent coin per pull,
       BBKB Alg. 1 L12-L15 read literally. Never larger than the union rule.
 
-    Why the union rule is the default (measured, issue 14): on standardized Cadata
-    (``lam = 1e-4``, ``q_bar = 2``) a well-sampled best arm has ``n s2 ~ 1``; the
-    union rule always keeps it, per-pull coins drop it at ~15-20 % of the
-    resparsifications. A dropped arm's variance jumps to its Nyström residual over
-    ``lam`` (19-53 RLS units), it wins the UCB and inflates ``beta~`` through
-    ``log(1 + s2)`` for ever. Measured (``benchmarks/results/bbkb_reference.md``,
-    ``T = 10,000``, ``beta="reference_code"``): per-pull coins end at a regret ratio
-    of 0.158 in 4,016 batches (seed 0), the union rule at 0.0087 +- 0.0008 in ~289
-    batches (3 seeds), the authors' code at 0.0086 +- 0.0010. The union rule keeps
+    Why the union rule is the default: a well-sampled best arm has ``n s2 ~ 1``;
+    the union rule always keeps it, per-pull coins drop it at some
+    resparsifications. A dropped arm's variance jumps to its Nyström residual
+    over ``lam`` (tens of RLS units), it wins the UCB and inflates ``beta~``
+    through ``log(1 + s2)`` for ever (measurements against the authors' code in
+    ``benchmarks/results/bbkb_reference.md``). The union rule keeps
     every point with at least the per-pull probability, and both have expected
     dictionary size at most ``q_bar sum_i n_i sigma~_i^2``.
 
