@@ -12,36 +12,19 @@ training inputs and ``A = I + Z^T N^{-1} Z``,
     cov(x, x') = k(x, x') - z(x)^T z(x') + z(x)^T A^{-1} z(x').
 
 This is the DTC predictive. It keeps the exact prior ``k(x, x')`` on test points,
-so the variance does not collapse away from the dictionary (no variance starvation,
-unlike SoR; unlike FITC it does not alter the training covariance). With every
-training point in ``S`` it equals the exact GP.
-
-Dictionary: points are kept with probability ``min(1, q_bar sigma~^2(x_i))`` where
-``sigma~^2 = var / noise`` is the posterior variance in "RLS units" (a ridge leverage
-score, BKB Sec. 3.1). It is drawn at the fitted hyperparameters by BLESS
-(:func:`~botorch_sketch.linalg.bless`, ``O(n m^2)``) or, from a previous model's
-state, by BKB's resampling.
-
-Budget: ``max_dictionary_size`` (``m_max``) bounds every ``O(n m^2)`` and
-``O(m^3)`` step. The number of points a leverage-score dictionary needs is about
-``q_bar d_eff``, which approaches ``n`` for low noise or short lengthscales; when
-it would exceed the budget, the dictionary is drawn from the leverage scores of the
-larger ridge where ``q_bar d_eff`` meets the budget (the best dictionary of that
-size), :attr:`NystromGP.sketch_ridge` reports that ridge and a warning is logged.
-The regime guard: small data sets (``n <= exact_max_n``), and data sets whose
-leverage-score dictionary would keep at least half of the points within the
-budget, use every point: the exact GP, which then costs about as much and is
-exact.
+so the variance does not collapse away from the dictionary (unlike SoR; unlike
+FITC it does not alter the training covariance). With every training point in
+``S`` it equals the exact GP.
 
 Cost: ``O(n m^2 + m^3)`` for the posterior caches, ``O(n m)`` memory, ``O(q m + q^2)``
 per batch of ``q`` test points after caching; marginal variances of ``q`` points
-(``posterior(X).variance``) cost ``O(q m r)``, no ``q x q`` matrix is formed.
+cost ``O(q m r)``, no ``q x q`` matrix is formed.
 
-The pieces: the dictionary policy's pure functions in
-:mod:`~botorch_sketch.models.nystrom_dictionary`, the posterior's operators and
-latent samples in :mod:`~botorch_sketch.models.nystrom_posterior` (over the algebra
-of :mod:`botorch_sketch.linalg`), the fitting strategy and the warm-start state in
-:mod:`~botorch_sketch.models.nystrom_fit`; this module is the model that joins them.
+The model joins its pieces, each its own module: the dictionary policy
+(:mod:`~botorch_sketch.models.dictionary_policy`), the fit options and fit
+(:mod:`~botorch_sketch.models.fit_options`, :mod:`~botorch_sketch.models.nystrom_fit`),
+the warm-start state (:mod:`~botorch_sketch.models.sketch_state`) and the
+posterior's operators (:mod:`~botorch_sketch.models.nystrom_posterior`).
 """
 
 from __future__ import annotations
@@ -49,6 +32,7 @@ from __future__ import annotations
 import logging
 import math
 from copy import deepcopy
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import torch
@@ -76,28 +60,28 @@ from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
 from botorch_sketch import linalg
+from botorch_sketch.models.dictionary_policy import (
+    DEFAULT_EXACT_MAX_N,
+    DEFAULT_MAX_DICTIONARY_SIZE,
+    DictionaryPolicy,
+    LeverageScorePolicy,
+)
 from botorch_sketch.models.extra_state import with_extra_state
+from botorch_sketch.models.fit_options import (
+    DEFAULT_FIT_SUBSET_SIZE,
+    OBJECTIVES,
+    NystromFitOptions,
+)
 from botorch_sketch.models.nystrom_dictionary import (
     EXACT_FRACTION,
     ROW_UNIFORM_BLOCK,
-    dictionary_cap,
-    draw_bless,
-    draw_dictionary,
+    SketchDraw,
     input_rows,
-    keeps_most,
     locate_rows,
-    resampling_ridge,
     row_uniforms,
-    union_scores,
-    uses_every_point,
     validate_indices,
-    warm_dictionary,
 )
-from botorch_sketch.models.nystrom_fit import (
-    SketchState,
-    fit_nystrom_gp,
-    hyperparameter_state,
-)
+from botorch_sketch.models.nystrom_fit import fit_nystrom_gp
 from botorch_sketch.models.nystrom_posterior import (
     LAZY_COVARIANCE_MIN_POINTS,
     append_rows,
@@ -106,10 +90,10 @@ from botorch_sketch.models.nystrom_posterior import (
     sample_dtc_latent,
 )
 from botorch_sketch.models.options import ModelOptionsMixin
+from botorch_sketch.models.sketch_state import SketchState, hyperparameter_state
 from botorch_sketch.models.validation import (
     check_finite,
     validate_new_observations,
-    validate_sketch_options,
     validate_training_data,
 )
 
@@ -119,22 +103,22 @@ logger = logging.getLogger(__name__)
 #: data buffers, which ``.to(dtype)`` changes like every other tensor of the model.
 _DEFAULT_DTYPE = torch.float64
 
-#: Default sketch budget ``m_max`` (issue 15): on this project's 2-core machine an
-#: ``O(n m^2)`` pass at ``n = 10^5`` takes about 5 s and an ``m x m``
-#: eigendecomposition 0.2 s at this size. ``benchmarks/results/nystrom_scaling.md``
-#: measures what it costs in accuracy: on low-noise Hartmann6 the cap binds from
-#: ``n = 4,000`` and a budget of 2,000 buys a better NLL at about 3x the time.
-DEFAULT_MAX_DICTIONARY_SIZE = 1000
-
-#: Default size of the subsample the hyperparameters are fitted on.
-DEFAULT_FIT_SUBSET_SIZE = 1000
-
-#: Up to this many training points the model is the exact GP (every point in the
-#: dictionary): below it the capped sketch saves little and loses accuracy.
-DEFAULT_EXACT_MAX_N = 500
-
-#: Objectives of the hyperparameter fit (:mod:`~botorch_sketch.models.nystrom_fit`).
-OBJECTIVES = ("exact", "vfe", "dtc")
+#: The flat constructor options of each options object, with their defaults.
+_POLICY_OPTIONS = {
+    "q_bar": 2.0,
+    "max_dictionary_size": DEFAULT_MAX_DICTIONARY_SIZE,
+    "memory_budget_gb": None,
+    "exact_max_n": DEFAULT_EXACT_MAX_N,
+    "seed": None,
+}
+_FIT_OPTIONS = {
+    "fit_subset_size": DEFAULT_FIT_SUBSET_SIZE,
+    "objective": "exact",
+    "dictionary_refits": 1,
+    "refit_growth": 0.25,
+    "refit_tolerance": 0.05,
+    "refit_max_iterations": 50,
+}
 
 __all__ = [
     "DEFAULT_EXACT_MAX_N",
@@ -144,6 +128,7 @@ __all__ = [
     "LAZY_COVARIANCE_MIN_POINTS",
     "OBJECTIVES",
     "ROW_UNIFORM_BLOCK",
+    "DTCParts",
     "NystromGP",
 ]
 
@@ -156,6 +141,37 @@ class DTCParts(NamedTuple):
     factor: linalg.DTCFactor
 
 
+def _options_object(
+    given: Any, base: type, factory: type, flat: dict[str, Any], name: str
+) -> Any:
+    r"""``given`` (checked), or ``factory(**flat)`` built from the flat keywords."""
+    if given is None:
+        return factory(**flat)
+    if not isinstance(given, base):
+        raise TypeError(
+            f"{name} must be a {base.__name__}, got {type(given).__name__}."
+        )
+    defaults = _POLICY_OPTIONS if base is DictionaryPolicy else _FIT_OPTIONS
+    changed = sorted(k for k, v in flat.items() if v != defaults[k])
+    if changed:
+        raise ValueError(f"pass either {name} or {changed}, not both.")
+    return given
+
+
+def _option(holder: str, name: str) -> property:
+    r"""A model attribute read from (and set through) one of its options objects."""
+
+    def get(self: NystromGP) -> Any:
+        return getattr(getattr(self, holder), name, None)
+
+    get.__doc__ = f"``{holder}.{name}`` (``None`` where the object has none)."
+
+    def set_(self: NystromGP, value: Any) -> None:
+        setattr(self, holder, replace(getattr(self, holder), **{name: value}))
+
+    return property(get, set_)
+
+
 class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
     r"""DTC/Nyström sparse GP whose dictionary is drawn by posterior-variance sampling.
 
@@ -165,20 +181,24 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     (the posterior is a ``GPyTorchPosterior`` over the joint DTC covariance,
     ``condition_on_observations`` and ``fantasize`` are exact DTC updates).
 
+    Two objects make its choices: the ``dictionary_policy`` (which points form
+    the dictionary: :class:`~botorch_sketch.models.dictionary_policy.
+    LeverageScorePolicy` by default) and the ``fit_options``
+    (:class:`~botorch_sketch.models.fit_options.NystromFitOptions`). Their fields
+    are also accepted as flat keyword arguments, which build the default objects.
+
     Fitting: ``fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))``
-    works unchanged and runs :meth:`custom_fit`: hyperparameters by the exact
-    marginal likelihood of a seeded subsample of at most ``fit_subset_size`` points,
-    then the dictionary at the fitted hyperparameters, within the budget
-    (:mod:`~botorch_sketch.models.nystrom_fit`). In a loop, pass the previous
-    model's :meth:`sketch_state` as ``warm_start``: hyperparameters and dictionary
-    are then kept and updated (refits on a schedule, BKB's resampling), not
-    rebuilt.
+    runs :meth:`custom_fit` (:func:`~botorch_sketch.models.nystrom_fit.
+    fit_nystrom_gp`). In a loop, pass the previous model's :meth:`sketch_state`
+    as ``warm_start``: hyperparameters and dictionary are then kept and updated.
 
     Attributes:
         sketch_ridge: The ridge whose leverage scores the dictionary samples (the
             noise variance, or larger where the budget bound); ``None`` for an
             exact (every point) or user-given dictionary.
         dictionary_capped: Whether the budget bound at the last draw.
+        num_draws: Random draws made so far (numbers the seeds of the next).
+        fit_record: ``(num_fit_points, fit_loss, drift_refits)`` of the last fit.
 
     Example:
         >>> model = NystromGP(train_X, train_Y, seed=0)
@@ -211,6 +231,8 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         refit_growth: float = 0.25,
         refit_tolerance: float = 0.05,
         refit_max_iterations: int = 50,
+        dictionary_policy: DictionaryPolicy | None = None,
+        fit_options: NystromFitOptions | None = None,
     ) -> None:
         r"""Build the model.
 
@@ -218,60 +240,58 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             train_X: ``batch_shape x n x d`` training inputs.
             train_Y: ``batch_shape x n x m`` training targets.
             train_Yvar: Optional ``batch_shape x n x m`` observed noise variances
-                (``>= 0``; gpytorch floors them at ``1e-6`` in float64); if given,
-                a ``FixedNoiseGaussianLikelihood`` is used.
+                (``>= 0``); if given, a ``FixedNoiseGaussianLikelihood`` is used.
             likelihood: A Gaussian likelihood (default: as ``SingleTaskGP``).
             covar_module: Kernel (default: RBF with dimension-scaled priors).
             mean_module: Mean (default: ``ConstantMean``).
             outcome_transform: Defaults to ``Standardize(m)``; ``None`` disables.
             input_transform: An input transform without trainable parameters
                 (e.g. ``Normalize``).
-            q_bar: Oversampling factor of the dictionary sampling (``> 0``); the
-                authors suggest 2 to 10.
-            dictionary: ``None`` (default: drawn when first needed, at the
-                hyperparameters of that moment, i.e. the fitted ones after
-                ``fit_gpytorch_mll``), ``"all"`` (every point: the exact GP) or a
-                ``LongTensor`` of training indices.
-            dictionary_refits: Dictionary redraws inside a VFE/DTC fit.
-            fit_subset_size: The hyperparameters are fitted on a seeded uniform
-                subsample of at most this many points (``None``: all).
-            objective: Hyperparameter objective: ``"exact"`` (the exact marginal
-                likelihood of the fit subsample), ``"vfe"`` (Titsias' bound of the
-                sketch) or ``"dtc"`` (the DTC likelihood).
-            max_dictionary_size: The sketch budget ``m_max`` (``None``: no budget;
-                module docstring).
-            seed: Seed for every random choice (dictionary draws, subsamples); draws
-                are numbered, so copies of the model stay reproducible.
-            memory_budget_gb: Optional memory budget of the ``n x m`` blocks (about
-                four ``n x m`` arrays): the dictionary is also capped at
-                ``budget / (4 n itemsize)`` points.
-            exact_max_n: Up to this many points every point is in the dictionary
-                (the exact GP; module docstring).
+            q_bar, max_dictionary_size, seed, memory_budget_gb, exact_max_n: The
+                fields of the default :class:`~botorch_sketch.models.
+                dictionary_policy.LeverageScorePolicy` (not with
+                ``dictionary_policy``).
+            dictionary: ``None`` (drawn by the policy when first needed, i.e. at
+                the fitted hyperparameters after ``fit_gpytorch_mll``), ``"all"``
+                (every point: the exact GP) or a ``LongTensor`` of training
+                indices.
+            dictionary_refits, fit_subset_size, objective, refit_growth,
+                refit_tolerance, refit_max_iterations: The fields of the default
+                :class:`~botorch_sketch.models.fit_options.NystromFitOptions`
+                (not with ``fit_options``).
             warm_start: A previous model's :meth:`sketch_state` (or its
-                ``to_dict()``): start from its hyperparameters and dictionary
-                (:mod:`~botorch_sketch.models.nystrom_fit`).
-            refit_growth: With ``warm_start``, refit the hyperparameters once the
-                data grew by this fraction since the last fit.
-            refit_tolerance: With ``warm_start``, refit when the per-point negative
-                log marginal likelihood rose by more than this many nats; such a
-                refit right after another also tries the construction values as a
-                start and keeps the better fit.
-            refit_max_iterations: L-BFGS-B iterations of a scheduled refit (of
-                each of its starts).
+                ``to_dict()``). A state with non-finite numbers is discarded
+                with a warning.
+            dictionary_policy: The dictionary policy.
+            fit_options: The fit options.
         """
         validate_training_data(train_X, train_Y, train_Yvar)
-        validate_sketch_options(
-            q_bar=q_bar,
-            objective=objective,
-            objectives=OBJECTIVES,
-            dictionary_refits=dictionary_refits,
-            refit_growth=refit_growth,
-            refit_tolerance=refit_tolerance,
-            refit_max_iterations=refit_max_iterations,
-            exact_max_n=exact_max_n,
-            fit_subset_size=fit_subset_size,
-            max_dictionary_size=max_dictionary_size,
-            memory_budget_gb=memory_budget_gb,
+        policy = _options_object(
+            dictionary_policy,
+            DictionaryPolicy,
+            LeverageScorePolicy,
+            {
+                "q_bar": q_bar,
+                "max_dictionary_size": max_dictionary_size,
+                "memory_budget_gb": memory_budget_gb,
+                "exact_max_n": exact_max_n,
+                "seed": seed,
+            },
+            "dictionary_policy",
+        )
+        options = _options_object(
+            fit_options,
+            NystromFitOptions,
+            NystromFitOptions,
+            {
+                "fit_subset_size": fit_subset_size,
+                "objective": objective,
+                "dictionary_refits": dictionary_refits,
+                "refit_growth": refit_growth,
+                "refit_tolerance": refit_tolerance,
+                "refit_max_iterations": refit_max_iterations,
+            },
+            "fit_options",
         )
         if input_transform is not None and any(
             p.requires_grad for p in input_transform.parameters()
@@ -280,13 +300,15 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
                 "NystromGP stores transformed training inputs; input transforms with "
                 "trainable parameters (e.g. Warp) are not supported."
             )
-        if train_X.dtype != _DEFAULT_DTYPE:
-            logger.info(
-                "NystromGP is built in float64 (the Nystrom embedding and the "
-                "variance differences need it); casting %s data. `.to(dtype)` "
-                "afterwards switches the model's compute dtype.",
-                train_X.dtype,
+        if warm_start is not None:
+            warm_start = SketchState.from_dict(warm_start)
+        dictionary_idx = None
+        if isinstance(dictionary, str) and dictionary != "all":
+            raise ValueError(
+                f"dictionary must be 'all', None or indices, got {dictionary!r}."
             )
+        if dictionary is not None and not isinstance(dictionary, str):
+            dictionary_idx = validate_indices(dictionary, train_X.shape[-2])
         train_X = train_X.to(_DEFAULT_DTYPE)
         train_Y = train_Y.to(_DEFAULT_DTYPE)
         if train_Yvar is not None:
@@ -341,40 +363,41 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             self.outcome_transform = outcome_transform
         if input_transform is not None:
             self.input_transform = input_transform
-        self.q_bar = float(q_bar)
-        self.dictionary_refits = dictionary_refits
-        self.fit_subset_size = fit_subset_size
-        self.objective = objective
-        self.seed = seed
-        self.max_dictionary_size = max_dictionary_size
-        self.memory_budget_gb = memory_budget_gb
-        self.exact_max_n = exact_max_n
-        self.warm_start = (
-            None if warm_start is None else SketchState.from_dict(warm_start)
-        )
-        self.refit_growth = float(refit_growth)
-        self.refit_tolerance = float(refit_tolerance)
-        self.refit_max_iterations = refit_max_iterations
+        self.dictionary_policy: DictionaryPolicy = policy
+        self.fit_options: NystromFitOptions = options
+        self.warm_start = warm_start
         self.sketch_ridge: float | None = None
         self.dictionary_capped = False
-        self._fit_record: tuple[int, float, int] | None = None
-        self._num_draws = 0 if self.warm_start is None else self.warm_start.num_draws
+        self.fit_record: tuple[int, float, int] | None = None
+        self.num_draws = 0 if warm_start is None else warm_start.num_draws
         self._cache: dict[str, Any] | None = None
         self._embedding_memo: tuple[Any, tuple[Tensor, Tensor, Tensor]] | None = None
         self.to(dtype=_DEFAULT_DTYPE, device=train_X.device)
-        n = self._train_X.shape[-2]
-        self._dictionary_spec = "auto"
-        idx = None
-        if isinstance(dictionary, str):
-            if dictionary != "all":
-                raise ValueError(
-                    f"dictionary must be 'all', None or indices, got {dictionary!r}."
-                )
-            self._dictionary_spec = "all"
-        elif dictionary is not None:
-            idx = validate_indices(dictionary, n).to(train_X.device)
+        self._dictionary_spec = "auto" if dictionary is None else "all"
+        if dictionary_idx is not None:
+            dictionary_idx = dictionary_idx.to(train_X.device)
             self._dictionary_spec = "given"
-        self.register_buffer("_dictionary_indices", idx, persistent=False)
+        self.register_buffer("_dictionary_indices", dictionary_idx, persistent=False)
+
+    q_bar = _option("dictionary_policy", "q_bar")
+    max_dictionary_size = _option("dictionary_policy", "max_dictionary_size")
+    memory_budget_gb = _option("dictionary_policy", "memory_budget_gb")
+    exact_max_n = _option("dictionary_policy", "exact_max_n")
+    seed = _option("dictionary_policy", "seed")
+    fit_subset_size = _option("fit_options", "fit_subset_size")
+    objective = _option("fit_options", "objective")
+    dictionary_refits = _option("fit_options", "dictionary_refits")
+    refit_growth = _option("fit_options", "refit_growth")
+    refit_tolerance = _option("fit_options", "refit_tolerance")
+    refit_max_iterations = _option("fit_options", "refit_max_iterations")
+
+    @property
+    def _num_draws(self) -> int:
+        return self.num_draws
+
+    @_num_draws.setter
+    def _num_draws(self, value: int) -> None:
+        self.num_draws = value
 
     # ----------------------------------------------------------------------------
     # Data accessors (transformed inputs, output-augmented batch layout)
@@ -421,6 +444,11 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     _compute_dtype = compute_dtype
 
     @property
+    def compute_inputs(self) -> Tensor:
+        r"""``batch_shape x (m) x n x d`` transformed training inputs, compute dtype."""
+        return self._train_X
+
+    @property
     def input_dim(self) -> int:
         r"""Number of input features ``d`` of the (untransformed) training inputs."""
         return self._original_train_inputs.shape[-1]
@@ -440,7 +468,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         r"""Sorted training indices of the dictionary ``S`` (drawn when first used)."""
         if self._dictionary_indices is None:
             with torch.no_grad():
-                self._dictionary_indices = self._initial_dictionary()
+                self._dictionary_indices = self.initial_dictionary()
         return self._dictionary_indices
 
     @dictionary_indices.setter
@@ -461,7 +489,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     @property
     def uses_sketch(self) -> bool:
         r"""Whether the hyperparameter objective is a sketch objective (VFE/DTC)."""
-        return self.objective != "exact"
+        return self.fit_options.uses_sketch
 
     def train(self, mode: bool = True) -> NystromGP:
         r"""Set the training mode; caches are dropped when leaving or entering it."""
@@ -674,7 +702,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         Pass it (or its ``to_dict()``, e.g. through Ax's generator state) as
         ``warm_start`` of the next model.
         """
-        num_fit_points, fit_loss, drift_refits = self._fit_record or (
+        num_fit_points, fit_loss, drift_refits = self.fit_record or (
             self.num_training_points,
             math.nan,
             0,
@@ -687,18 +715,23 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             dictionary_inputs=self.inducing_points.detach().clone(),
             num_fit_points=num_fit_points,
             fit_loss=fit_loss,
-            num_draws=self._num_draws,
+            num_draws=self.num_draws,
             sketch_ridge=math.nan if self.sketch_ridge is None else self.sketch_ridge,
             drift_refits=drift_refits,
         )
 
+    def data_subset(self, idx: Tensor) -> NystromGP:
+        r"""A copy restricted to training points ``idx`` (dictionary drawn lazily).
+
+        It keeps this model's budget (the policy's :meth:`~botorch_sketch.models.
+        dictionary_policy.DictionaryPolicy.with_cap`), so a sketch objective on
+        the subset sees a dictionary of the size the full model will use.
+        """
+        return self._data_subset(idx)
+
     def _data_subset(self, idx: Tensor) -> NystromGP:
-        """A copy restricted to training points ``idx`` (dictionary drawn lazily)."""
         sub = deepcopy(self)
-        # The subset fit uses the full model's budget, so a sketch objective sees
-        # a dictionary of the size the full model will use.
-        sub.max_dictionary_size = self._dictionary_cap()
-        sub.memory_budget_gb = None
+        sub.dictionary_policy = self.dictionary_policy.with_cap(self._dictionary_cap())
         sub.warm_start = None
         sub._train_X = self._train_X[..., idx, :]
         sub._train_Y = self._train_Y[..., idx]
@@ -744,58 +777,47 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         return MultivariateNormal(mean.expand(cov.shape[:-1]), cov)
 
     # ----------------------------------------------------------------------------
-    # Dictionary: exact, BLESS, BKB resampling, all within the budget
-    # (the policy's pure functions: botorch_sketch.models.nystrom_dictionary)
+    # Dictionary: drawn by the policy (botorch_sketch.models.dictionary_policy)
     # ----------------------------------------------------------------------------
 
-    def _initial_dictionary(self) -> Tensor:
-        r"""The dictionary at the current hyperparameters (lazy draw, and after a fit).
+    def initial_dictionary(self) -> Tensor:
+        r"""The dictionary at the current hyperparameters (lazy draw, after a fit).
 
-        Every point if ``n <= exact_max_n`` or ``dictionary="all"``; the given
-        indices; with a warm start, BKB's resampling of the previous dictionary
-        (located among the current training inputs); else BLESS. Within the budget;
-        every point again if the draw keeps at least ``EXACT_FRACTION`` of them.
+        The given indices, else the policy's draw
+        (:meth:`~botorch_sketch.models.dictionary_policy.DictionaryPolicy.initial`),
+        recorded in :attr:`sketch_ridge` and :attr:`dictionary_capped`.
         """
-        n = self.num_training_points
         if self._dictionary_spec == "given" and self._dictionary_indices is not None:
             return self._dictionary_indices
-        cap = self._dictionary_cap()
-        if uses_every_point(self._dictionary_spec, n, self.exact_max_n, cap):
-            self.sketch_ridge, self.dictionary_capped = None, False
-            return torch.arange(n, device=self._train_X.device)
-        idx = None
-        if self.warm_start is not None:
-            previous = self._warm_dictionary(self.warm_start)
-            if previous.numel() > 0:
-                self._dictionary_indices = torch.unique(previous)
-                self._cache = None
-                ridge = self._resampling_ridge(self.warm_start.sketch_ridge)
-                idx = self._draw_indices(
-                    self.leverage_scores(ridge),
-                    None,
-                    ridge,
-                    uniforms=self._row_uniforms(),
-                )
-        if idx is None:
-            idx = self._bless_indices()
-        if keeps_most(idx.numel(), n, cap):
-            self.sketch_ridge, self.dictionary_capped = None, False
-            return torch.arange(n, device=self._train_X.device)
-        return idx
+        every = self._dictionary_spec == "all"
+        return self.record_draw(self.dictionary_policy.initial(self, every))
+
+    _initial_dictionary = initial_dictionary
+
+    def draw_fresh_dictionary(self) -> Tensor:
+        r"""A dictionary drawn from scratch by the policy (BLESS by default)."""
+        return self.record_draw(self.dictionary_policy.fresh(self))
+
+    def _bless_indices(self) -> Tensor:
+        return self.draw_fresh_dictionary()
 
     def _warm_dictionary(self, state: SketchState) -> Tensor:
-        r"""The warm start's dictionary among this model's training rows.
+        return self.dictionary_policy.warm_rows(self, state)
 
-        :func:`~botorch_sketch.models.nystrom_dictionary.warm_dictionary`; empty
-        if it cannot be found (then BLESS runs).
-        """
-        rows = warm_dictionary(self._train_X, state)
-        if rows is None:
-            logger.info(
-                "NystromGP warm start: the previous dictionary is not in the data."
+    def record_draw(self, draw: SketchDraw) -> Tensor:
+        r"""Record a draw's ridge and whether the budget bound; its indices."""
+        self.sketch_ridge, self.dictionary_capped = draw.ridge, draw.capped
+        if draw.capped:
+            logger.warning(
+                "NystromGP: the sketch budget max_dictionary_size=%s binds (n = %d); "
+                "the dictionary samples the leverage scores of the ridge %.3g instead "
+                "of the noise variance %.3g.",
+                self._dictionary_cap(),
+                self.num_training_points,
+                draw.ridge,
+                float(self.likelihood.noise.mean()),
             )
-            return state.dictionary_rows[:0].to(self._train_X.device)
-        return rows
+        return draw.indices
 
     def posterior_variance_at_train(self) -> Tensor:
         r"""DTC variances at the training points in RLS units (``var / noise``).
@@ -814,11 +836,8 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         ``tau~_i = (k_ii - ||z_i||^2) / ridge + z_i^T (Z^T Z + ridge I)^{-1} z_i``:
         the DTC posterior variance over ``ridge`` of a model whose noise is
         ``ridge``, with the current dictionary (BKB Sec. 3.1). ``ridge = None`` uses
-        the model's noise (:meth:`posterior_variance_at_train`). When the budget
-        binds, the dictionary is resampled at its own, larger, ridge
-        (:attr:`sketch_ridge`): at the noise ridge every point outside the capped
-        span would score its whole Nyström residual over a tiny ridge and the
-        redraw would swap the dictionary for its complement.
+        the model's noise. When the budget binds, the dictionary is resampled at
+        its own, larger, ridge (:attr:`sketch_ridge`).
 
         Returns:
             A ``batch_shape x (m) x n`` tensor. ``O(n m r)``.
@@ -826,29 +845,33 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         with torch.no_grad():
             return self._rls_at(self._train_X, ridge)
 
-    def _next_generator(
-        self, generator: torch.Generator | None
+    def next_generator(
+        self, generator: torch.Generator | None = None
     ) -> torch.Generator | None:
+        r"""``generator``, or the next numbered generator of the seed (or ``None``)."""
         if generator is not None or self.seed is None:
             return generator
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self._num_draws)
-        self._num_draws += 1
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.num_draws)
+        self.num_draws += 1
         return g
 
-    def _resampling_ridge(self, ridge: float | None) -> float | None:
-        """The ridge of a redraw (:func:`~.nystrom_dictionary.resampling_ridge`)."""
-        return resampling_ridge(ridge, float(self.likelihood.noise.mean()))
+    _next_generator = next_generator
 
-    def _row_uniforms(self, stream: int = 0) -> Tensor:
+    def row_uniforms(self, stream: int = 0) -> Tensor:
         r"""One fixed uniform number per training row, for coupled draws.
 
         :func:`~botorch_sketch.models.nystrom_dictionary.row_uniforms` at the
-        model's seed: ``stream`` 0 for dictionary draws, 1 for the fit subsample
-        (:mod:`~botorch_sketch.models.nystrom_fit`).
+        model's seed: ``stream`` 0 for dictionary draws, 1 for the fit subsample.
         """
         return row_uniforms(
             self.num_training_points, self.seed, stream, self._compute_dtype
         )
+
+    _row_uniforms = row_uniforms
+
+    def _resampling_ridge(self, ridge: float | None) -> float | None:
+        noise = float(self.likelihood.noise.mean())
+        return self.dictionary_policy.resampling_ridge(ridge, noise)
 
     def _draw_indices(
         self,
@@ -857,46 +880,15 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         ridge: float | None = None,
         uniforms: Tensor | None = None,
     ) -> Tensor:
-        r"""BKB's posterior-variance sampling of the (deduplicated) training points.
-
-        Scores ``q_bar c sigma~^2`` (:func:`~botorch_sketch.models.
-        nystrom_dictionary.union_scores`) drawn within the budget
-        (:func:`~botorch_sketch.models.nystrom_dictionary.draw_dictionary`).
-        """
-        union = union_scores(rls, input_rows(self._train_X), self.q_bar)
-        draw = draw_dictionary(
-            union,
-            self._dictionary_cap(),
-            float(self.likelihood.noise.mean()),
-            ridge,
-            generator=generator,
-            uniforms=uniforms,
-        )
-        if draw.fallback:
-            logger.warning("Dictionary draw was empty; kept the most uncertain point.")
-        self._record_ridge(draw.ridge, draw.capped)
-        return draw.indices
-
-    def _record_ridge(self, ridge: float, capped: bool) -> None:
-        self.sketch_ridge, self.dictionary_capped = ridge, capped
-        if capped:
-            logger.warning(
-                "NystromGP: the sketch budget max_dictionary_size=%s binds (n = %d); "
-                "the dictionary samples the leverage scores of the ridge %.3g instead "
-                "of the noise variance %.3g.",
-                self._dictionary_cap(),
-                self.num_training_points,
-                ridge,
-                float(self.likelihood.noise.mean()),
-            )
+        draw = self.dictionary_policy.redraw(self, rls, ridge, generator, uniforms)
+        return self.record_draw(draw)
 
     def resample_dictionary(self, generator: torch.Generator | None = None) -> Tensor:
         r"""Redraw the dictionary from all training points, in place (BKB Alg. 1).
 
-        Each point is kept with probability ``min(1, q_bar sigma~^2(x_i))`` computed
-        with the current dictionary and hyperparameters, within the budget
-        (:meth:`_draw_indices`). The model is changed only after the draw
-        succeeded.
+        The policy's redraw from the leverage scores of the current dictionary and
+        hyperparameters, within the budget. The model is changed only after the
+        draw succeeded.
 
         Args:
             generator: Optional generator (default: derived from ``seed``).
@@ -906,7 +898,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         """
         ridge = self._resampling_ridge(self.sketch_ridge)
         rls = self.leverage_scores(ridge)
-        idx = self._draw_indices(rls, self._next_generator(generator), ridge)
+        idx = self._draw_indices(rls, self.next_generator(generator), ridge)
         self.dictionary_indices = idx
         return idx
 
@@ -921,9 +913,8 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
 
         Returns a new model with ``(X, Y)`` appended, whose dictionary is redrawn
         from *all* points with the stale variances ``sigma~_t^2`` (old data, old
-        dictionary), as BKB does (COLT 2019, Sec. 3.1: reusing the variances already
-        computed for the acquisition), within the budget. No refit of the
-        hyperparameters.
+        dictionary), as BKB does (COLT 2019, Sec. 3.1), within the budget. No
+        refit of the hyperparameters.
 
         Args:
             X: ``n' x d`` (or ``batch_shape x n' x d``) new inputs.
@@ -945,9 +936,9 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             added = self._rls_at(new._train_X[..., n_old:, :], ridge)
         stale = torch.cat([old_rls.expand(*added.shape[:-1], n_old), added], dim=-1)
         new.dictionary_indices = new._draw_indices(
-            stale, new._next_generator(generator), ridge
+            stale, new.next_generator(generator), ridge
         )
-        new._num_draws = max(new._num_draws, self._num_draws)
+        new.num_draws = max(new.num_draws, self.num_draws)
         return new
 
     def _rls_at(self, X: Tensor, ridge: float | None = None) -> Tensor:
@@ -975,29 +966,10 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         var = linalg.dtc_variance(factor, Z, self.covar_module(X, diag=True))
         return linalg.rls_units(var, noise)
 
-    def _bless_indices(self) -> Tensor:
-        r"""BLESS at the current hyperparameters, within the budget.
-
-        :func:`~botorch_sketch.models.nystrom_dictionary.draw_bless`.
-        """
-        draw = draw_bless(
-            self._train_X,
-            self.covar_module,
-            self.likelihood.noise,
-            self.q_bar,
-            self._dictionary_cap(),
-            lambda: self._next_generator(None),
-        )
-        self._record_ridge(draw.ridge, draw.capped)
-        return draw.indices
-
     def _dictionary_cap(self) -> int | None:
-        """``max_dictionary_size`` combined with the ``memory_budget_gb`` cap."""
-        return dictionary_cap(
-            self.max_dictionary_size,
-            getattr(self, "memory_budget_gb", None),
-            self.num_training_points,
-            self._train_X.element_size(),
+        """The policy's budget for the current data."""
+        return self.dictionary_policy.cap(
+            self.num_training_points, self._train_X.element_size()
         )
 
     # ----------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-r"""The dictionary policy of :class:`~botorch_sketch.models.nystrom.NystromGP`.
+r"""Pure functions of the dictionary policy (:mod:`~.dictionary_policy`).
 
-Small pure functions; the model calls them with its data, kernel and noise.
+The policy calls them with the model's data, kernel and noise.
 
 * Which rows: BKB's posterior-variance sampling keeps row ``i`` with probability
   ``p_i = min(1, s q_bar c_i sigma~^2(x_i))`` (COLT 2019, Sec. 3.1; ``c_i`` counts
@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 from gpytorch.module import Module
 from torch import Tensor
 
 from botorch_sketch import linalg
-
-if TYPE_CHECKING:
-    from botorch_sketch.models.nystrom_fit import SketchState
+from botorch_sketch.models.sketch_state import SketchState
 
 #: Rows per seeded block of :func:`row_uniforms`.
 ROW_UNIFORM_BLOCK = 1024
@@ -45,13 +43,14 @@ class SketchDraw(NamedTuple):
 
     Attributes:
         indices: Sorted training indices of the dictionary.
-        ridge: The ridge (the noise, or larger where the budget bound).
+        ridge: The ridge (the noise, or larger where the budget bound; ``None``
+            for every point).
         capped: Whether the budget bound.
         fallback: Whether the draw was empty and kept the most uncertain row.
     """
 
     indices: Tensor
-    ridge: float
+    ridge: float | None
     capped: bool
     fallback: bool = False
 
