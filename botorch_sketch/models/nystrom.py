@@ -56,7 +56,6 @@ from gpytorch.mlls import MarginalLogLikelihood
 from gpytorch.models import GP
 from gpytorch.module import Module
 from gpytorch.settings import min_fixed_noise
-from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
 from botorch_sketch import linalg
@@ -81,7 +80,7 @@ from botorch_sketch.models.nystrom_dictionary import (
     row_uniforms,
     validate_indices,
 )
-from botorch_sketch.models.nystrom_fit import fit_nystrom_gp
+from botorch_sketch.models.nystrom_fit import custom_loss, exact_loss, fit_nystrom_gp
 from botorch_sketch.models.nystrom_posterior import (
     LAZY_COVARIANCE_MIN_POINTS,
     append_rows,
@@ -156,6 +155,63 @@ def _options_object(
     if changed:
         raise ValueError(f"pass either {name} or {changed}, not both.")
     return given
+
+
+def _options_objects(
+    dictionary_policy: DictionaryPolicy | None,
+    fit_options: NystromFitOptions | None,
+    **flat: Any,
+) -> tuple[DictionaryPolicy, NystromFitOptions]:
+    r"""The policy and fit options: given, or built from the flat keywords."""
+    policy = _options_object(
+        dictionary_policy,
+        DictionaryPolicy,
+        LeverageScorePolicy,
+        {k: flat[k] for k in _POLICY_OPTIONS},
+        "dictionary_policy",
+    )
+    options = _options_object(
+        fit_options,
+        NystromFitOptions,
+        NystromFitOptions,
+        {k: flat[k] for k in _FIT_OPTIONS},
+        "fit_options",
+    )
+    return policy, options
+
+
+def _default_modules(
+    model: NystromGP,
+    d: int,
+    Yvar: Tensor | None,
+    likelihood: Likelihood | None,
+    mean_module: Mean | None,
+    covar_module: Module | None,
+) -> None:
+    r"""``SingleTaskGP``'s defaults for the modules the user did not give."""
+    batch_shape = model._aug_batch_shape
+    if likelihood is None:
+        if Yvar is None:
+            likelihood = get_gaussian_likelihood_with_lognormal_prior(
+                batch_shape=batch_shape
+            )
+        else:
+            likelihood = FixedNoiseGaussianLikelihood(
+                noise=Yvar, batch_shape=batch_shape
+            )
+    model.likelihood = likelihood
+    model.mean_module = mean_module or ConstantMean(batch_shape=batch_shape)
+    if covar_module is None:
+        covar_module = get_covar_module_with_dim_scaled_prior(
+            ard_num_dims=d, batch_shape=batch_shape
+        )
+        model._subset_batch_dict = {
+            "mean_module.raw_constant": -1,
+            "covar_module.raw_lengthscale": -3,
+        }
+        if Yvar is None:
+            model._subset_batch_dict["likelihood.noise_covar.raw_noise"] = -2
+    model.covar_module = covar_module
 
 
 def _option(holder: str, name: str) -> property:
@@ -266,32 +322,20 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             fit_options: The fit options.
         """
         validate_training_data(train_X, train_Y, train_Yvar)
-        policy = _options_object(
+        policy, options = _options_objects(
             dictionary_policy,
-            DictionaryPolicy,
-            LeverageScorePolicy,
-            {
-                "q_bar": q_bar,
-                "max_dictionary_size": max_dictionary_size,
-                "memory_budget_gb": memory_budget_gb,
-                "exact_max_n": exact_max_n,
-                "seed": seed,
-            },
-            "dictionary_policy",
-        )
-        options = _options_object(
             fit_options,
-            NystromFitOptions,
-            NystromFitOptions,
-            {
-                "fit_subset_size": fit_subset_size,
-                "objective": objective,
-                "dictionary_refits": dictionary_refits,
-                "refit_growth": refit_growth,
-                "refit_tolerance": refit_tolerance,
-                "refit_max_iterations": refit_max_iterations,
-            },
-            "fit_options",
+            q_bar=q_bar,
+            max_dictionary_size=max_dictionary_size,
+            memory_budget_gb=memory_budget_gb,
+            exact_max_n=exact_max_n,
+            seed=seed,
+            fit_subset_size=fit_subset_size,
+            objective=objective,
+            dictionary_refits=dictionary_refits,
+            refit_growth=refit_growth,
+            refit_tolerance=refit_tolerance,
+            refit_max_iterations=refit_max_iterations,
         )
         if input_transform is not None and any(
             p.requires_grad for p in input_transform.parameters()
@@ -335,30 +379,9 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         self.register_buffer("_train_X", X_b.detach().clone(), persistent=False)
         self.register_buffer("_train_Y", Y_b.detach().clone(), persistent=False)
         self._original_train_inputs = train_X.detach().clone()
-        if likelihood is None:
-            if Yvar_b is None:
-                likelihood = get_gaussian_likelihood_with_lognormal_prior(
-                    batch_shape=self._aug_batch_shape
-                )
-            else:
-                likelihood = FixedNoiseGaussianLikelihood(
-                    noise=Yvar_b, batch_shape=self._aug_batch_shape
-                )
-        self.likelihood = likelihood
-        self.mean_module = mean_module or ConstantMean(
-            batch_shape=self._aug_batch_shape
+        _default_modules(
+            self, X_b.shape[-1], Yvar_b, likelihood, mean_module, covar_module
         )
-        if covar_module is None:
-            covar_module = get_covar_module_with_dim_scaled_prior(
-                ard_num_dims=transformed_X.shape[-1], batch_shape=self._aug_batch_shape
-            )
-            self._subset_batch_dict = {
-                "mean_module.raw_constant": -1,
-                "covar_module.raw_lengthscale": -3,
-            }
-            if Yvar_b is None:
-                self._subset_batch_dict["likelihood.noise_covar.raw_noise"] = -2
-        self.covar_module = covar_module
         if outcome_transform is not None:
             self.outcome_transform = outcome_transform
         if input_transform is not None:
@@ -398,10 +421,6 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     @_num_draws.setter
     def _num_draws(self, value: int) -> None:
         self.num_draws = value
-
-    # ----------------------------------------------------------------------------
-    # Data accessors (transformed inputs, output-augmented batch layout)
-    # ----------------------------------------------------------------------------
 
     @property
     def train_inputs(self) -> tuple[Tensor]:
@@ -496,10 +515,6 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         if mode or self.training:
             self._cache = None
         return super().train(mode)
-
-    # ----------------------------------------------------------------------------
-    # Core computations
-    # ----------------------------------------------------------------------------
 
     def _noise(self) -> Tensor:
         """``batch_shape x (m) x n`` noise variances of the training points."""
@@ -605,68 +620,29 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         cache = self._posterior_cache()
         return DTCParts(cache["S"], cache["W"], cache["factor"])
 
-    # ----------------------------------------------------------------------------
-    # Fitting (the strategy lives in botorch_sketch.models.nystrom_fit)
-    # ----------------------------------------------------------------------------
+    def training_noise(self) -> Tensor:
+        r"""``batch_shape x (m) x n`` noise variances of the training points."""
+        return self._noise()
 
     def exact_loss(self) -> Tensor:
         r"""Negative exact log marginal likelihood per point, ``batch_shape x (m)``.
 
-        ``O(n^3)``: meant for the fit subsample (at most ``fit_subset_size``
-        points). Priors are not included.
+        :func:`~botorch_sketch.models.nystrom_fit.exact_loss`, ``O(n^3)``: meant
+        for the fit subsample. Priors are not included.
         """
-        X = self._train_X
-        K = self.covar_module(X).to_dense()
-        r = self._train_Y - self.mean_module(X)
-        try:
-            ll = linalg.exact_log_marginal_likelihood(K, r, self._noise())
-        except torch.linalg.LinAlgError as err:
-            # A line-search step into a degenerate region: BoTorch's fit loop
-            # retries on NotPSDError.
-            raise NotPSDError(f"NystromGP loss: {err}") from err
-        return -ll / r.shape[-1]
+        return exact_loss(self)
 
     def compute_custom_loss(self, mll: MarginalLogLikelihood, **kwargs: Any) -> Tensor:
         r"""The hyperparameter objective, negated, plus log priors, over ``n``.
 
-        Picked up by BoTorch's loss closure, so ``fit_gpytorch_mll`` optimises it
-        (on the fit subsample, see :meth:`custom_fit`). ``objective="exact"``: the
-        exact marginal likelihood (:meth:`exact_loss`, ``O(n^3)``). ``"vfe"`` /
-        ``"dtc"``: Titsias' collapsed bound or the DTC likelihood of the sketch,
-        with the Cholesky form of the Nyström features (:func:`~botorch_sketch.
-        linalg.cholesky_features`, stable gradients), ``O(n m^2)`` time, ``O(n m)``
-        memory. Normalised like ``ExactMarginalLogLikelihood`` (divided by ``n``)
-        and, like it, one value per member of the output-augmented batch
-        (``batch_shape x (m)``): BoTorch sums them for a joint fit, or fits each
-        member on its own (multi-output and batched models).
+        :func:`~botorch_sketch.models.nystrom_fit.custom_loss`; picked up by
+        BoTorch's loss closure, so ``fit_gpytorch_mll`` optimises it.
 
         Returns:
             A ``batch_shape x (m)`` tensor (a scalar for an unbatched one-output
             model).
         """
-        n = self._train_Y.shape[-1]
-        if self.objective == "exact":
-            loss = self.exact_loss()
-        else:
-            X, S = self._train_X, self.inducing_points
-            r = self._train_Y - self.mean_module(X)
-            kdiag = self.covar_module(X, diag=True) if self.objective == "vfe" else None
-            try:
-                Z = linalg.cholesky_features(
-                    self.covar_module(X, S).to_dense(), self.covar_module(S).to_dense()
-                )
-                ll = linalg.dtc_log_marginal_likelihood(
-                    Z, r, self._noise(), kdiag=kdiag
-                )
-            except torch.linalg.LinAlgError as err:
-                raise NotPSDError(f"NystromGP loss: {err}") from err
-            loss = -ll / n
-        # Priors per batch member, reduced over their trailing (event) dimensions
-        # as ``ExactMarginalLogLikelihood`` does.
-        for _, module, prior, closure, _ in self.named_priors():
-            term = prior.log_prob(closure(module))
-            loss = loss - term.reshape(*term.shape[: loss.dim()], -1).sum(-1) / n
-        return loss
+        return custom_loss(self)
 
     def custom_fit(
         self,
@@ -743,10 +719,6 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         sub._embedding_memo = None
         return sub
 
-    # ----------------------------------------------------------------------------
-    # Prior and posterior
-    # ----------------------------------------------------------------------------
-
     def __call__(self, X: Tensor, *args: Any, **kwargs: Any) -> MultivariateNormal:
         r"""Prior in training mode, DTC posterior of the latent function in eval mode.
 
@@ -775,10 +747,6 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         mean = self.mean_module(X) + offset
         cov = dtc_covariance(self.covar_module(X), P, N)
         return MultivariateNormal(mean.expand(cov.shape[:-1]), cov)
-
-    # ----------------------------------------------------------------------------
-    # Dictionary: drawn by the policy (botorch_sketch.models.dictionary_policy)
-    # ----------------------------------------------------------------------------
 
     def initial_dictionary(self) -> Tensor:
         r"""The dictionary at the current hyperparameters (lazy draw, after a fit).
@@ -972,10 +940,6 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             self.num_training_points, self._train_X.element_size()
         )
 
-    # ----------------------------------------------------------------------------
-    # Posterior
-    # ----------------------------------------------------------------------------
-
     def posterior(
         self,
         X: Tensor,
@@ -1016,10 +980,6 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             observation_noise=observation_noise,
             posterior_transform=posterior_transform,
         )
-
-    # ----------------------------------------------------------------------------
-    # Conditioning and fantasies
-    # ----------------------------------------------------------------------------
 
     def condition_on_observations(
         self, X: Tensor, Y: Tensor, noise: Tensor | None = None, **kwargs: Any

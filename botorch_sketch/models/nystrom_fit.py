@@ -46,6 +46,7 @@ from gpytorch.mlls import ExactMarginalLogLikelihood, MarginalLogLikelihood
 from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
+from botorch_sketch import linalg
 from botorch_sketch.models.fit_options import NystromFitOptions
 from botorch_sketch.models.sketch_state import SketchState, hyperparameter_state
 
@@ -55,6 +56,8 @@ __all__ = [
     "FittableSketch",
     "RefitDecision",
     "SketchState",
+    "custom_loss",
+    "exact_loss",
     "fit_nystrom_gp",
     "hyperparameter_state",
     "refit_due",
@@ -89,6 +92,28 @@ class FittableSketch(Protocol):
     def load_state_dict(self, state_dict: Any, strict: bool = True) -> Any:
         """The model's ``load_state_dict``."""
 
+    @property
+    def train_targets(self) -> Tensor:
+        """The model's transformed targets, ``batch_shape x (m) x n``."""
+
+    @property
+    def inducing_points(self) -> Tensor:
+        """The model's dictionary points (transformed inputs)."""
+
+    @property
+    def covar_module(self) -> Any:
+        """The model's kernel."""
+
+    @property
+    def mean_module(self) -> Any:
+        """The model's prior mean."""
+
+    def training_noise(self) -> Tensor:
+        """The model's noise variances at its training points."""
+
+    def named_priors(self) -> Any:
+        """The model's priors (gpytorch)."""
+
     def exact_loss(self) -> Tensor:
         """The model's ``exact_loss``."""
 
@@ -106,6 +131,59 @@ class FittableSketch(Protocol):
 
     def data_subset(self, idx: Tensor) -> FittableSketch:
         """The model's ``data_subset``."""
+
+
+def exact_loss(model: FittableSketch) -> Tensor:
+    r"""Negative exact log marginal likelihood per point, ``batch_shape x (m)``.
+
+    ``-log N(y | m(X), K + N) / n`` on the model's training data, ``O(n^3)``.
+    Priors are not included.
+    """
+    X = model.compute_inputs
+    K = model.covar_module(X).to_dense()
+    r = model.train_targets - model.mean_module(X)
+    try:
+        ll = linalg.exact_log_marginal_likelihood(K, r, model.training_noise())
+    except torch.linalg.LinAlgError as err:
+        # A line-search step into a degenerate region: BoTorch's fit loop
+        # retries on NotPSDError.
+        raise NotPSDError(f"NystromGP loss: {err}") from err
+    return -ll / r.shape[-1]
+
+
+def custom_loss(model: FittableSketch) -> Tensor:
+    r"""The hyperparameter objective, negated, plus log priors, over ``n``.
+
+    ``objective="exact"``: :func:`exact_loss`. ``"vfe"`` / ``"dtc"``: Titsias'
+    collapsed bound or the DTC likelihood of the sketch, with the Cholesky form
+    of the Nyström features (:func:`~botorch_sketch.linalg.cholesky_features`,
+    stable gradients), ``O(n m^2)`` time, ``O(n m)`` memory. Normalised like
+    ``ExactMarginalLogLikelihood`` (divided by ``n``) and, like it, one value per
+    member of the output-augmented batch (``batch_shape x (m)``).
+    """
+    Y = model.train_targets
+    n = Y.shape[-1]
+    objective = model.fit_options.objective
+    if objective == "exact":
+        loss = model.exact_loss()
+    else:
+        X, S = model.compute_inputs, model.inducing_points
+        kernel = model.covar_module
+        kdiag = kernel(X, diag=True) if objective == "vfe" else None
+        try:
+            Z = linalg.cholesky_features(kernel(X, S).to_dense(), kernel(S).to_dense())
+            ll = linalg.dtc_log_marginal_likelihood(
+                Z, Y - model.mean_module(X), model.training_noise(), kdiag=kdiag
+            )
+        except torch.linalg.LinAlgError as err:
+            raise NotPSDError(f"NystromGP loss: {err}") from err
+        loss = -ll / n
+    # Priors per batch member, reduced over their trailing (event) dimensions
+    # as ``ExactMarginalLogLikelihood`` does.
+    for _, module, prior, closure, _ in model.named_priors():
+        term = prior.log_prob(closure(module))
+        loss = loss - term.reshape(*term.shape[: loss.dim()], -1).sum(-1) / n
+    return loss
 
 
 class RefitDecision(NamedTuple):
