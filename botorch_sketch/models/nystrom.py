@@ -84,6 +84,7 @@ from botorch_sketch.models.nystrom_fit import custom_loss, exact_loss, fit_nystr
 from botorch_sketch.models.nystrom_posterior import (
     LAZY_COVARIANCE_MIN_POINTS,
     append_rows,
+    cast_posterior,
     dtc_covariance,
     same_key,
     sample_dtc_latent,
@@ -91,6 +92,7 @@ from botorch_sketch.models.nystrom_posterior import (
 from botorch_sketch.models.options import ModelOptionsMixin
 from botorch_sketch.models.sketch_state import SketchState, hyperparameter_state
 from botorch_sketch.models.validation import (
+    check_batch_shape,
     check_finite,
     validate_new_observations,
     validate_training_data,
@@ -353,6 +355,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             )
         if dictionary is not None and not isinstance(dictionary, str):
             dictionary_idx = validate_indices(dictionary, train_X.shape[-2])
+        data_dtype = train_X.dtype
         train_X = train_X.to(_DEFAULT_DTYPE)
         train_Y = train_Y.to(_DEFAULT_DTYPE)
         if train_Yvar is not None:
@@ -396,6 +399,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         self._cache: dict[str, Any] | None = None
         self._embedding_memo: tuple[Any, tuple[Tensor, Tensor, Tensor]] | None = None
         self.to(dtype=_DEFAULT_DTYPE, device=train_X.device)
+        self._data_dtype = data_dtype
         self._dictionary_spec = "auto" if dictionary is None else "all"
         if dictionary_idx is not None:
             dictionary_idx = dictionary_idx.to(train_X.device)
@@ -424,24 +428,37 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
 
     @property
     def train_inputs(self) -> tuple[Tensor]:
-        r"""``(X,)`` with ``X`` of shape ``batch_shape x (m) x n x d``, transformed."""
-        return (self._train_X,)
+        r"""``(X,)``, ``X`` of shape ``batch_shape x (m) x n x d``, transformed, in
+        the data's dtype (:attr:`data_dtype`)."""
+        return (self._train_X.to(self.data_dtype),)
 
     @train_inputs.setter
     def train_inputs(self, value: tuple[Tensor]) -> None:
-        self._train_X = value[0]
+        self._train_X = value[0].to(self._train_X.dtype)
         self._cache = None
         self._embedding_memo = None
 
     @property
     def train_targets(self) -> Tensor:
-        r"""``batch_shape x (m) x n`` transformed training targets."""
-        return self._train_Y
+        r"""``batch_shape x (m) x n`` transformed training targets (data dtype)."""
+        return self._train_Y.to(self.data_dtype)
 
     @train_targets.setter
     def train_targets(self, value: Tensor) -> None:
-        self._train_Y = value
+        self._train_Y = value.to(self._train_Y.dtype)
         self._cache = None
+
+    @property
+    def compute_targets(self) -> Tensor:
+        r"""``batch_shape x (m) x n`` transformed training targets, compute dtype."""
+        return self._train_Y
+
+    @property
+    def data_dtype(self) -> torch.dtype:
+        r"""The dtype of the data the model was built on (or last ``.to()``): that
+        of its outputs. It computes in :attr:`compute_dtype` (float64 unless
+        ``.to()`` changed it)."""
+        return getattr(self, "_data_dtype", self._train_X.dtype)
 
     def _set_transformed_inputs(self) -> None:
         # Training inputs are stored transformed once, at construction.
@@ -477,9 +494,12 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         # the posterior caches are rebuilt in the new dtype/device on next use.
         self._cache = None
         self._embedding_memo = None
+        before = self._train_X.dtype if hasattr(self, "_train_X") else None
         out = super()._apply(fn, *args, **kwargs)
         if hasattr(self, "_original_train_inputs"):
             self._original_train_inputs = fn(self._original_train_inputs)
+        if before is not None and self._train_X.dtype != before:
+            self._data_dtype = self._train_X.dtype  # an explicit dtype change
         return out
 
     @property
@@ -727,7 +747,10 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         """
         if self.training:
             return self.forward(X)
-        return self._dtc_mvn(X)
+        if X.dtype == self._compute_dtype:
+            return self._dtc_mvn(X)
+        mvn = self._dtc_mvn(X.to(self._compute_dtype))  # e.g. float32 inputs
+        return MultivariateNormal(mvn.mean.to(X), mvn.lazy_covariance_matrix.to(X))
 
     def forward(self, X: Tensor) -> MultivariateNormal:
         r"""The GP prior at ``X`` (``batch_shape x (m) x q x d``)."""
@@ -958,7 +981,8 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             posterior_transform: Optional posterior transform.
 
         Returns:
-            A ``GPyTorchPosterior`` with the joint DTC covariance, in float64.
+            A ``GPyTorchPosterior`` with the joint DTC covariance, computed in
+            :attr:`compute_dtype` and returned in :attr:`data_dtype`.
         """
         check_finite(X, "X")
         if X.dim() < 2 or X.shape[-1] != self._original_train_inputs.shape[-1]:
@@ -966,6 +990,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
                 f"X must be batch_shape x q x d with d = "
                 f"{self._original_train_inputs.shape[-1]}, got {tuple(X.shape)}."
             )
+        check_batch_shape(X, self._input_batch_shape)
         if output_indices is not None and len(output_indices) == 1 < self.num_outputs:
             # BoTorch's batched multi-output posterior cannot build a one-task
             # MultitaskMultivariateNormal; a single output is a single-output model.
@@ -974,12 +999,17 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
                 observation_noise=observation_noise,
                 posterior_transform=posterior_transform,
             )
-        return super().posterior(
+        if torch.is_tensor(observation_noise):
+            observation_noise = observation_noise.to(self._compute_dtype)
+        posterior = super().posterior(
             X.to(self._compute_dtype),
             output_indices=output_indices,
             observation_noise=observation_noise,
-            posterior_transform=posterior_transform,
         )
+        posterior = cast_posterior(posterior, self.data_dtype)
+        if posterior_transform is not None:
+            return posterior_transform(posterior)
+        return posterior
 
     def condition_on_observations(
         self, X: Tensor, Y: Tensor, noise: Tensor | None = None, **kwargs: Any
@@ -1002,7 +1032,12 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         validate_new_observations(
             X, Y, noise, d=self._original_train_inputs.shape[-1], m=self.num_outputs
         )
-        return super().condition_on_observations(X, Y, noise=noise, **kwargs)
+        check_batch_shape(X, self._input_batch_shape)
+        dtype = self._compute_dtype
+        noise = None if noise is None else noise.to(dtype)
+        return super().condition_on_observations(
+            X.to(dtype), Y.to(dtype), noise=noise, **kwargs
+        )
 
     def get_fantasy_model(
         self,
@@ -1097,7 +1132,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             )
             if hasattr(self, "outcome_transform"):
                 samples, _ = self.outcome_transform.untransform(samples)
-        return samples
+        return samples.to(self.data_dtype)
 
     def load_state_dict(
         self,

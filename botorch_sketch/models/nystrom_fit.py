@@ -93,8 +93,8 @@ class FittableSketch(Protocol):
         """The model's ``load_state_dict``."""
 
     @property
-    def train_targets(self) -> Tensor:
-        """The model's transformed targets, ``batch_shape x (m) x n``."""
+    def compute_targets(self) -> Tensor:
+        """The model's transformed targets in its compute dtype."""
 
     @property
     def inducing_points(self) -> Tensor:
@@ -141,7 +141,7 @@ def exact_loss(model: FittableSketch) -> Tensor:
     """
     X = model.compute_inputs
     K = model.covar_module(X).to_dense()
-    r = model.train_targets - model.mean_module(X)
+    r = model.compute_targets - model.mean_module(X)
     try:
         ll = linalg.exact_log_marginal_likelihood(K, r, model.training_noise())
     except torch.linalg.LinAlgError as err:
@@ -161,7 +161,7 @@ def custom_loss(model: FittableSketch) -> Tensor:
     ``ExactMarginalLogLikelihood`` (divided by ``n``) and, like it, one value per
     member of the output-augmented batch (``batch_shape x (m)``).
     """
-    Y = model.train_targets
+    Y = model.compute_targets
     n = Y.shape[-1]
     objective = model.fit_options.objective
     if objective == "exact":

@@ -16,6 +16,7 @@ from torch import Tensor
 __all__ = [
     "SEED_LIMIT",
     "check_bool_free_int",
+    "check_batch_shape",
     "check_finite",
     "check_nonnegative_number",
     "check_seed",
@@ -154,3 +155,22 @@ def check_seed(seed: int | None, name: str = "seed") -> int | None:
     if not 0 <= seed < SEED_LIMIT:
         raise ValueError(f"{name} must lie in [0, 2**63), got {seed!r}.")
     return seed
+
+
+def check_batch_shape(X: Tensor, batch_shape: torch.Size) -> None:
+    r"""``RuntimeError`` (BoTorch's message) unless ``X``'s batch shape broadcasts.
+
+    ``X`` is ``batch_shape' x n x d``; ``batch_shape'`` must broadcast with the
+    model's ``batch_shape`` (it may add leading dimensions), as BoTorch's
+    ``add_output_dim`` requires.
+    """
+    if len(X.shape[:-2]) == 0 or len(batch_shape) == 0:
+        return
+    try:
+        torch.broadcast_shapes(X.shape[:-2], batch_shape)
+    except RuntimeError:
+        raise RuntimeError(
+            "The trailing batch dimensions of X must match the trailing "
+            f"batch dimensions of the training inputs. Got {X.shape=} "
+            f"and original_batch_shape={batch_shape}."
+        ) from None
