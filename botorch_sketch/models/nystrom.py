@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from copy import deepcopy
 from dataclasses import replace
 from typing import Any, NamedTuple
@@ -216,6 +217,35 @@ def _default_modules(
     model.covar_module = covar_module
 
 
+def _changes_transform(model: NystromGP, state_dict: Any) -> bool:
+    r"""Whether ``state_dict`` holds outcome-transform values unlike the model's."""
+    if getattr(model, "outcome_transform", None) is None:
+        return False
+    current = model.state_dict()
+    return any(
+        key.startswith("outcome_transform.")
+        and torch.is_tensor(value)
+        and key in current
+        and not torch.equal(value.to(current[key]), current[key])
+        for key, value in state_dict.items()
+    )
+
+
+def _targets_and_noise(model: NystromGP, fixed: bool) -> tuple[Tensor, Tensor | None]:
+    r"""Transformed targets (and fixed noises) as ``batch_shape x n x m``."""
+
+    def io_layout(T: Tensor) -> Tensor:
+        return T.unsqueeze(-1) if model.num_outputs == 1 else T.transpose(-1, -2)
+
+    Yvar = io_layout(model.likelihood.noise) if fixed else None
+    return io_layout(model.compute_targets), Yvar
+
+
+def _aug_layout(T: Tensor, num_outputs: int) -> Tensor:
+    r"""``batch_shape x n x m`` as the model's ``batch_shape x (m) x n``."""
+    return T.squeeze(-1) if num_outputs == 1 else T.transpose(-1, -2)
+
+
 def _option(holder: str, name: str) -> property:
     r"""A model attribute read from (and set through) one of its options objects."""
 
@@ -348,6 +378,15 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             )
         if warm_start is not None:
             warm_start = SketchState.from_dict(warm_start)
+            problems = warm_start.problems(train_X.shape[-2])
+            if problems:
+                warnings.warn(
+                    f"NystromGP: warm_start discarded ({'; '.join(problems)}); "
+                    "the model fits from scratch.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                warm_start = None
         dictionary_idx = None
         if isinstance(dictionary, str) and dictionary != "all":
             raise ValueError(
@@ -842,7 +881,8 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         r"""``generator``, or the next numbered generator of the seed (or ``None``)."""
         if generator is not None or self.seed is None:
             return generator
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.num_draws)
+        seed = (self.seed * 1_000_003 + self.num_draws) % 2**63
+        g = torch.Generator().manual_seed(seed)
         self.num_draws += 1
         return g
 
@@ -1143,17 +1183,36 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     ) -> Any:
         r"""Load hyperparameters and the dictionary; the training data stay.
 
-        Plain ``torch.nn.Module`` semantics: the data are stored (transformed) in
-        non-persistent buffers, so nothing needs re-transforming. The dictionary
-        travels as extra state (:meth:`get_extra_state`), so a model built on the
-        same data predicts exactly like the one the state came from. A state
-        without it (e.g. saved by an older version) keeps the current dictionary.
+        As ``SingleTaskGP``'s: with ``keep_transforms=True`` and an outcome
+        transform whose statistics the state changes (a model built on new data
+        loading an old model's state), the stored targets (and fixed noises) are
+        untransformed with the current statistics and re-transformed with the
+        loaded ones, so predictions stay in the data's units. The dictionary
+        travels as extra state (:meth:`get_extra_state`); a state without it
+        keeps the current dictionary.
         """
         self._cache = None
         state_dict = with_extra_state(self, state_dict)
-        return torch.nn.Module.load_state_dict(
+        transform = getattr(self, "outcome_transform", None)
+        if not (keep_transforms and _changes_transform(self, state_dict)):
+            return torch.nn.Module.load_state_dict(
+                self, state_dict, strict=strict, assign=assign
+            )
+        fixed = isinstance(self.likelihood, FixedNoiseGaussianLikelihood)
+        with torch.no_grad():
+            Y, Yvar = _targets_and_noise(self, fixed)
+            Y, Yvar = transform.untransform(Y, Yvar)
+        out = torch.nn.Module.load_state_dict(
             self, state_dict, strict=strict, assign=assign
         )
+        transform.eval()
+        with torch.no_grad():
+            Y, Yvar = transform(Y, Yvar)
+        self._train_Y = _aug_layout(Y, self.num_outputs)
+        if fixed:
+            self.likelihood.noise = _aug_layout(Yvar, self.num_outputs)
+        self._cache = None
+        return out
 
     def get_extra_state(self) -> Tensor:
         r"""The dictionary, as its transformed training inputs.

@@ -96,6 +96,42 @@ class SketchState:
             out["dictionary_inputs"] = _tensor_to_dict(self.dictionary_inputs)
         return out
 
+    def problems(self, n: int | None = None) -> list[str]:
+        r"""Why this state cannot be used (empty if it can).
+
+        Non-finite hyperparameters (a crash mid-fit, a hand edit), dictionary
+        rows outside ``[0, n)`` for a model of ``n`` points, a negative or
+        non-finite bookkeeping number.
+
+        Args:
+            n: Number of training points of the model that would use the state.
+        """
+        found = [
+            f"hyperparameter {key} is not finite"
+            for key, value in self.hyperparameters.items()
+            if torch.is_tensor(value)
+            and "constraint." not in key  # bounds may be infinite
+            and value.is_floating_point()
+            and not torch.isfinite(value).all()
+        ]
+        rows = self.dictionary_rows
+        if rows.numel() and (
+            int(rows.min()) < 0 or (n is not None and int(rows.max()) >= n)
+        ):
+            found.append(f"dictionary rows outside [0, {n if n is not None else 'n'})")
+        if self.num_fit_points < 0 or self.num_draws < 0 or self.drift_refits < 0:
+            found.append("negative counts")
+        if math.isinf(self.fit_loss) or not math.isfinite(self.rows_checksum):
+            found.append("non-finite fit loss or checksum")
+        if math.isinf(self.sketch_ridge) or self.sketch_ridge <= 0:
+            found.append(f"sketch_ridge {self.sketch_ridge} is not a positive ridge")
+        if (
+            self.dictionary_inputs is not None
+            and not torch.isfinite(self.dictionary_inputs).all()
+        ):
+            found.append("dictionary inputs are not finite")
+        return found
+
     @classmethod
     def from_dict(
         cls, state: Mapping[str, Any] | SketchState, dtype: torch.dtype = torch.float64
