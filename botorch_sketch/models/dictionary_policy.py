@@ -43,7 +43,9 @@ from botorch_sketch.models.nystrom_dictionary import (
     draw_dictionary,
     input_rows,
     keeps_most,
+    mean_nystrom_residual,
     resampling_ridge,
+    row_uniforms,
     union_scores,
     uses_every_point,
     warm_dictionary,
@@ -62,6 +64,7 @@ __all__ = [
     "DEFAULT_MAX_DICTIONARY_SIZE",
     "DictionaryPolicy",
     "LeverageScorePolicy",
+    "ResidualTargetPolicy",
     "SketchModel",
 ]
 
@@ -273,6 +276,83 @@ class LeverageScorePolicy(DictionaryPolicy):
         )
         if draw.fallback:
             logger.warning("Dictionary draw was empty; kept the most uncertain point.")
+        return draw
+
+
+@dataclass(frozen=True)
+class ResidualTargetPolicy(LeverageScorePolicy):
+    r"""A leverage-score dictionary grown until it buys a target accuracy.
+
+    A fresh draw (BLESS at ``q_bar``) is followed by a check of the mean Nyström
+    residual over the noise, ``rho = mean_i (k_ii - Q_ii) / sigma^2``
+    (:func:`~botorch_sketch.models.nystrom_dictionary.mean_nystrom_residual`),
+    on a seeded subsample of at most ``evaluation_size`` points. While
+    ``rho > residual_tolerance``, the oversampling factor doubles and the
+    dictionary is redrawn, until the criterion is met, the budget
+    (``max_dictionary_size``, e.g. from :func:`~botorch_sketch.models.budget.
+    device_dictionary_cap`) binds, or ``max_growth_rounds`` redraws were made.
+    Each check costs ``O(k m^2 + m^3)`` for ``k`` evaluation points. The model
+    reports ``rho`` (:attr:`~botorch_sketch.models.NystromGP.dictionary_report`).
+
+    Attributes:
+        residual_tolerance: The target of ``rho`` (``> 0``).
+        evaluation_size: Points the criterion is measured on (``None``: all).
+        max_growth_rounds: Largest number of redraws.
+    """
+
+    residual_tolerance: float = 0.05
+    evaluation_size: int | None = 2000
+    max_growth_rounds: int = 6
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        tol = self.residual_tolerance
+        if isinstance(tol, bool) or not (
+            isinstance(tol, int | float) and tol > 0 and math.isfinite(tol)
+        ):
+            raise ValueError(
+                f"residual_tolerance must be a positive finite number, got {tol!r}."
+            )
+        optional_positive_int(self.evaluation_size, "evaluation_size")
+        check_bool_free_int(self.max_growth_rounds, "max_growth_rounds", minimum=0)
+
+    def fresh(self, model: SketchModel) -> SketchDraw:
+        r"""BLESS at ``q_bar``, redrawn at doubled ``q_bar`` until ``rho`` is met."""
+        X = model.compute_inputs
+        n = model.num_training_points
+        cap = self.cap(n, X.element_size())
+        eval_X = X
+        if self.evaluation_size is not None and n > self.evaluation_size:
+            order = torch.argsort(row_uniforms(n, self.seed, stream=2), stable=True)
+            rows = torch.sort(order[: self.evaluation_size]).values.to(X.device)
+            eval_X = X[..., rows, :]
+        q_bar, rounds = self.q_bar, 0
+        while True:
+            draw = LeverageScorePolicy.fresh(replace(self, q_bar=q_bar), model)
+            rho = mean_nystrom_residual(
+                eval_X,
+                X[..., draw.indices, :],
+                model.covar_module,
+                model.likelihood.noise,
+            )
+            draw = draw._replace(residual=rho)
+            size = draw.indices.numel()
+            full = size >= n or (cap is not None and size >= cap) or draw.capped
+            if rho <= self.residual_tolerance or full:
+                break
+            if rounds >= self.max_growth_rounds:
+                break
+            q_bar, rounds = 2.0 * q_bar, rounds + 1
+        if rho > self.residual_tolerance:
+            logger.warning(
+                "NystromGP: the dictionary of %d points leaves a mean Nystrom "
+                "residual of %.3g noise variances (target %.3g) after %d growth "
+                "rounds.",
+                draw.indices.numel(),
+                rho,
+                self.residual_tolerance,
+                rounds,
+            )
         return draw
 
 

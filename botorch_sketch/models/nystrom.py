@@ -433,6 +433,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         self.warm_start = warm_start
         self.sketch_ridge: float | None = None
         self.dictionary_capped = False
+        self.nystrom_residual: float | None = None
         self.fit_record: tuple[int, float, int] | None = None
         self.num_draws = 0 if warm_start is None else warm_start.num_draws
         self._cache: dict[str, Any] | None = None
@@ -558,6 +559,21 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     def dictionary_size(self) -> int:
         r"""Number of training points in the dictionary (unique indices)."""
         return int(self.dictionary_indices.numel())
+
+    @property
+    def dictionary_report(self) -> dict[str, Any]:
+        r"""What the dictionary is and why: its size, the budget and whether it
+        bound, the ridge it sampled, and the mean Nyström residual over the noise
+        where the policy measured it (``0`` for every point)."""
+        size = self.dictionary_size  # drawn now if still pending
+        return {
+            "size": size,
+            "n": self.num_training_points,
+            "cap": self._dictionary_cap(),
+            "capped": self.dictionary_capped,
+            "ridge": self.sketch_ridge,
+            "residual": self.nystrom_residual,
+        }
 
     @property
     def inducing_points(self) -> Tensor:
@@ -837,6 +853,8 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     def record_draw(self, draw: SketchDraw) -> Tensor:
         r"""Record a draw's ridge and whether the budget bound; its indices."""
         self.sketch_ridge, self.dictionary_capped = draw.ridge, draw.capped
+        every = draw.ridge is None and draw.indices.numel() == self.num_training_points
+        self.nystrom_residual = 0.0 if every else draw.residual
         if draw.capped:
             logger.warning(
                 "NystromGP: the sketch budget max_dictionary_size=%s binds (n = %d); "

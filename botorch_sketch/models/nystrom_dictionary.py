@@ -47,12 +47,15 @@ class SketchDraw(NamedTuple):
             for every point).
         capped: Whether the budget bound.
         fallback: Whether the draw was empty and kept the most uncertain row.
+        residual: The mean Nyström residual over the noise
+            (:func:`mean_nystrom_residual`) where the policy measured it.
     """
 
     indices: Tensor
     ridge: float | None
     capped: bool
     fallback: bool = False
+    residual: float | None = None
 
 
 def dictionary_cap(
@@ -303,3 +306,32 @@ def locate_rows(rows: Tensor, queries: Tensor) -> Tensor:
     ).scatter_reduce(0, inverse[:n], torch.arange(n, device=rows.device), reduce="amin")
     hits = first[inverse[n:]]
     return hits[hits < n]
+
+
+def mean_nystrom_residual(
+    X: Tensor, dictionary: Tensor, covar_module: Module, noise: Tensor
+) -> float:
+    r"""``mean_i (k(x_i, x_i) - Q(x_i, x_i)) / noise``, the worst batch member.
+
+    ``Q = K_XS K_S^+ K_SX`` is the Nyström approximation of the kernel; its
+    residual at a point is the prior variance the dictionary does not explain,
+    which the DTC posterior keeps as is. Over the noise variance it says how
+    much of the data's signal the sketch misses: near 0 the DTC posterior is
+    the exact GP's.
+
+    Args:
+        X: ``batch_shape x (m) x k x d`` transformed inputs (the data, or a
+            subsample of them).
+        dictionary: ``batch_shape x (m) x |S| x d`` dictionary inputs.
+        covar_module: The kernel.
+        noise: Noise variances (their mean per batch member is used).
+
+    Returns:
+        The largest mean residual over the batch members, a float.
+    """
+    with torch.no_grad():
+        W = linalg.nystrom_embedding_map(covar_module(dictionary).to_dense())
+        Z = covar_module(X, dictionary).to_dense() @ W
+        resid = linalg.embedding_residual(covar_module(X, diag=True), Z)
+        ratio = resid.mean(-1) / noise.mean(-1).expand(resid.shape[:-1])
+        return float(ratio.max())
