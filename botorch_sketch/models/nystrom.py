@@ -95,6 +95,7 @@ from botorch_sketch.models.sketch_state import SketchState, hyperparameter_state
 from botorch_sketch.models.validation import (
     check_batch_shape,
     check_finite,
+    validate_candidates,
     validate_new_observations,
     validate_training_data,
 )
@@ -231,19 +232,30 @@ def _changes_transform(model: NystromGP, state_dict: Any) -> bool:
     )
 
 
-def _targets_and_noise(model: NystromGP, fixed: bool) -> tuple[Tensor, Tensor | None]:
+def _targets_and_noise(model: NystromGP) -> tuple[Tensor, Tensor | None]:
     r"""Transformed targets (and fixed noises) as ``batch_shape x n x m``."""
 
     def io_layout(T: Tensor) -> Tensor:
         return T.unsqueeze(-1) if model.num_outputs == 1 else T.transpose(-1, -2)
 
+    fixed = isinstance(model.likelihood, FixedNoiseGaussianLikelihood)
     Yvar = io_layout(model.likelihood.noise) if fixed else None
     return io_layout(model.compute_targets), Yvar
 
 
-def _aug_layout(T: Tensor, num_outputs: int) -> Tensor:
-    r"""``batch_shape x n x m`` as the model's ``batch_shape x (m) x n``."""
-    return T.squeeze(-1) if num_outputs == 1 else T.transpose(-1, -2)
+def _set_targets_and_noise(model: NystromGP, Y: Tensor, Yvar: Tensor | None) -> None:
+    r"""Store untransformed ``batch_shape x n x m`` targets (and fixed noises)
+    transformed by the model's outcome transform, in evaluation mode."""
+
+    def aug_layout(T: Tensor) -> Tensor:
+        return T.squeeze(-1) if model.num_outputs == 1 else T.transpose(-1, -2)
+
+    model.outcome_transform.eval()
+    with torch.no_grad():
+        Y, Yvar = model.outcome_transform(Y, Yvar)
+    model.train_targets = aug_layout(Y)
+    if Yvar is not None:
+        model.likelihood.noise = aug_layout(Yvar)
 
 
 def _option(holder: str, name: str) -> property:
@@ -1164,16 +1176,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         """
         if len(self._input_batch_shape) > 0:
             raise UnsupportedError("sample_latent supports unbatched models only.")
-        check_finite(X, "X")
-        if X.dim() != 2 or X.shape[-1] != self._original_train_inputs.shape[-1]:
-            raise ValueError(
-                f"X must be A x d with d = {self._original_train_inputs.shape[-1]}, "
-                f"got {tuple(X.shape)}."
-            )
-        if not (isinstance(num_samples, int) and num_samples > 0):
-            raise ValueError(
-                f"num_samples must be a positive int, got {num_samples!r}."
-            )
+        validate_candidates(X, self.input_dim, num_samples)
         self.eval()
         cache = self._posterior_cache()
         with torch.no_grad():
@@ -1211,25 +1214,16 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         """
         self._cache = None
         state_dict = with_extra_state(self, state_dict)
-        transform = getattr(self, "outcome_transform", None)
         if not (keep_transforms and _changes_transform(self, state_dict)):
             return torch.nn.Module.load_state_dict(
                 self, state_dict, strict=strict, assign=assign
             )
-        fixed = isinstance(self.likelihood, FixedNoiseGaussianLikelihood)
         with torch.no_grad():
-            Y, Yvar = _targets_and_noise(self, fixed)
-            Y, Yvar = transform.untransform(Y, Yvar)
+            Y, Yvar = self.outcome_transform.untransform(*_targets_and_noise(self))
         out = torch.nn.Module.load_state_dict(
             self, state_dict, strict=strict, assign=assign
         )
-        transform.eval()
-        with torch.no_grad():
-            Y, Yvar = transform(Y, Yvar)
-        self._train_Y = _aug_layout(Y, self.num_outputs)
-        if fixed:
-            self.likelihood.noise = _aug_layout(Yvar, self.num_outputs)
-        self._cache = None
+        _set_targets_and_noise(self, Y, Yvar)
         return out
 
     def get_extra_state(self) -> Tensor:

@@ -21,6 +21,7 @@ __all__ = [
     "check_nonnegative_number",
     "check_seed",
     "optional_positive_int",
+    "validate_candidates",
     "validate_new_observations",
     "validate_training_data",
 ]
@@ -174,3 +175,14 @@ def check_batch_shape(X: Tensor, batch_shape: torch.Size) -> None:
             f"batch dimensions of the training inputs. Got {X.shape=} "
             f"and original_batch_shape={batch_shape}."
         ) from None
+
+
+def validate_candidates(X: Tensor, d: int, num_samples: int) -> None:
+    r"""Check ``A x d`` candidates and a positive ``num_samples`` (``ValueError``)."""
+    check_finite(X, "X")
+    if X.dim() != 2 or X.shape[-1] != d:
+        raise ValueError(f"X must be A x d with d = {d}, got {tuple(X.shape)}.")
+    if isinstance(num_samples, bool) or not (
+        isinstance(num_samples, int) and num_samples > 0
+    ):
+        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}.")
