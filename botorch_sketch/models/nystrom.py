@@ -34,7 +34,7 @@ import math
 import warnings
 from copy import deepcopy
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from botorch.acquisition.objective import PosteriorTransform
@@ -50,7 +50,6 @@ from botorch.models.utils.gpytorch_modules import (
 from botorch.posteriors.gpytorch import GPyTorchPosterior
 from botorch.posteriors.transformed import TransformedPosterior
 from botorch.utils.types import DEFAULT, _DefaultType
-from gpytorch.distributions import MultivariateNormal
 from gpytorch.likelihoods import FixedNoiseGaussianLikelihood, Likelihood
 from gpytorch.means import ConstantMean, Mean
 from gpytorch.mlls import MarginalLogLikelihood
@@ -59,13 +58,13 @@ from gpytorch.module import Module
 from gpytorch.settings import min_fixed_noise
 from torch import Tensor
 
-from botorch_sketch import linalg
 from botorch_sketch.models.dictionary_policy import (
     DEFAULT_EXACT_MAX_N,
     DEFAULT_MAX_DICTIONARY_SIZE,
     DictionaryPolicy,
     LeverageScorePolicy,
 )
+from botorch_sketch.models.dtc_posterior import DTCParts, DTCPosteriorMixin
 from botorch_sketch.models.extra_state import with_extra_state
 from botorch_sketch.models.fit_options import (
     DEFAULT_FIT_SUBSET_SIZE,
@@ -86,8 +85,6 @@ from botorch_sketch.models.nystrom_posterior import (
     LAZY_COVARIANCE_MIN_POINTS,
     append_rows,
     cast_posterior,
-    dtc_covariance,
-    same_key,
     sample_dtc_latent,
 )
 from botorch_sketch.models.options import ModelOptionsMixin
@@ -134,14 +131,6 @@ __all__ = [
     "DTCParts",
     "NystromGP",
 ]
-
-
-class DTCParts(NamedTuple):
-    r"""Parts of a :class:`NystromGP`'s DTC posterior (:meth:`NystromGP.dtc_parts`)."""
-
-    inducing_points: Tensor
-    embedding_map: Tensor
-    factor: linalg.DTCFactor
 
 
 def _options_object(
@@ -272,7 +261,13 @@ def _option(holder: str, name: str) -> property:
     return property(get, set_)
 
 
-class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
+class NystromGP(
+    ModelOptionsMixin,
+    DTCPosteriorMixin,
+    BatchedMultiOutputGPyTorchModel,
+    GP,
+    FantasizeMixin,
+):
     r"""DTC/Nyström sparse GP whose dictionary is drawn by posterior-variance sampling.
 
     A drop-in replacement for ``SingleTaskGP`` at large ``n``: same constructor
@@ -603,110 +598,6 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             self._cache = None
         return super().train(mode)
 
-    def _noise(self) -> Tensor:
-        """``batch_shape x (m) x n`` noise variances of the training points."""
-        return self.likelihood.noise.expand(self._train_Y.shape)
-
-    def _embedding(self) -> tuple[Tensor, Tensor]:
-        """Inducing points and the map ``W`` with ``z(x) = W^T k_S(x)``."""
-        S = self.inducing_points
-        W = linalg.nystrom_embedding_map(self.covar_module(S).to_dense())
-        return S, W
-
-    def _embed(self, X: Tensor, S: Tensor, W: Tensor) -> Tensor:
-        return self.covar_module(X, S).to_dense() @ W
-
-    def _train_embedding(self) -> tuple[Tensor, Tensor, Tensor]:
-        r"""``(S, W, Z)`` of the training inputs for the current dictionary.
-
-        Remembered for the current dictionary and hyperparameters (one
-        ``O(n m r)`` product), so that the leverage scores of a warm start's draw
-        and the posterior of an unchanged dictionary share it.
-        """
-        X = self._train_X
-        data = torch.tensor([X.data_ptr(), X._version, *X.shape])
-        key = (self.dictionary_indices, (data, *self._hyperparameter_key()))
-        memo = self._embedding_memo
-        if memo is not None and same_key(memo[0], key):
-            return memo[1]
-        with torch.no_grad():
-            S, W = self._embedding()
-            Z = self._embed(self._train_X, S, W)
-        self._embedding_memo = (key, (S, W, Z))
-        return S, W, Z
-
-    def _hyperparameter_key(self) -> tuple[Tensor, ...]:
-        return tuple(p.detach().clone() for p in self.parameters())
-
-    def _posterior_cache(self) -> dict[str, Any]:
-        """Posterior caches, rebuilt when data, dictionary or hyperparameters change.
-
-        Unlike ``ExactGP``, which keeps its caches until ``train()`` is called, we
-        compare the hyperparameters on every call (a few small tensors), so setting
-        e.g. ``model.covar_module.lengthscale`` in eval mode is never served stale.
-
-        Like gpytorch's test caches they are detached from the hyperparameters,
-        but not from the training data when those carry gradients: a fantasy
-        model's data depend on the fantasy points, and qKG / qNIPV differentiate
-        through them. The embedding map of the (data-independent) dictionary is
-        always built without gradients (an eigendecomposition's are unstable).
-        """
-        current = [p.detach() for p in self.parameters()]  # compared, not copied
-        if self._cache is not None and not all(
-            torch.equal(a, b) for a, b in zip(current, self._cache["key"], strict=True)
-        ):
-            self._cache = None
-        if self._cache is None:
-            key = tuple(p.clone() for p in current)
-            X, Y = self._train_X, self._train_Y
-            data_grad = torch.is_grad_enabled() and (X.requires_grad or Y.requires_grad)
-            if data_grad:
-                with torch.no_grad():
-                    S, W = self._embedding()
-            with torch.set_grad_enabled(data_grad):
-                if not data_grad:
-                    S, W, Z = self._train_embedding()
-                else:
-                    Z = self._embed(X, S, W)
-                r = Y - self.mean_module(X)
-                factor = linalg.dtc_factor(Z, r, self._noise())
-                # The folded predictor's eigendecomposition has no stable
-                # gradient: keep the unfolded form when the data carry one.
-                predictor = (
-                    linalg.dtc_predictor(W, factor, fold=False) if data_grad else None
-                )
-            self._cache = {
-                "S": S,
-                "W": W,
-                "factor": factor,
-                "predictor": predictor,
-                "key": key,
-            }
-        return self._cache
-
-    def _predictor(self) -> linalg.DTCPredictor:
-        cache = self._posterior_cache()
-        if cache["predictor"] is None:
-            cache["predictor"] = linalg.dtc_predictor(cache["W"], cache["factor"])
-        return cache["predictor"]
-
-    def dtc_predictor(self) -> linalg.DTCPredictor:
-        r"""The posterior's :class:`~botorch_sketch.linalg.DTCPredictor`, built on
-        first use (folded unless the training data carry gradients)."""
-        return self._predictor()
-
-    def dtc_parts(self) -> DTCParts:
-        r"""The current DTC posterior's parts: dictionary points ``S``
-        (``|S| x d``, transformed space), embedding map ``W`` (``|S| x r``) and the
-        :class:`~botorch_sketch.linalg.DTCFactor` of the data.
-
-        The returned objects are rebuilt (new identities) whenever the data, the
-        dictionary or the hyperparameters change, so ``parts.factor is old.factor``
-        tells a caller that its derived caches are still valid.
-        """
-        cache = self._posterior_cache()
-        return DTCParts(cache["S"], cache["W"], cache["factor"])
-
     def training_noise(self) -> Tensor:
         r"""``batch_shape x (m) x n`` noise variances of the training points."""
         return self._noise()
@@ -805,38 +696,6 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         sub._cache = None
         sub._embedding_memo = None
         return sub
-
-    def __call__(self, X: Tensor, *args: Any, **kwargs: Any) -> MultivariateNormal:
-        r"""Prior in training mode, DTC posterior of the latent function in eval mode.
-
-        This mirrors ``ExactGP.__call__``, which BoTorch's ``posterior`` relies on.
-        ``X`` is transformed and in the output-augmented batch layout.
-        """
-        if self.training:
-            return self.forward(X)
-        if X.dtype == self._compute_dtype:
-            return self._dtc_mvn(X)
-        mvn = self._dtc_mvn(X.to(self._compute_dtype))  # e.g. float32 inputs
-        return MultivariateNormal(mvn.mean.to(X), mvn.lazy_covariance_matrix.to(X))
-
-    def forward(self, X: Tensor) -> MultivariateNormal:
-        r"""The GP prior at ``X`` (``batch_shape x (m) x q x d``)."""
-        return MultivariateNormal(self.mean_module(X), self.covar_module(X))
-
-    def _dtc_mvn(self, X: Tensor) -> MultivariateNormal:
-        r"""The DTC posterior at ``X``, ``cov = K_XX - Z Z^T + U U^T``.
-
-        Lazy for ``q >= LAZY_COVARIANCE_MIN_POINTS`` points, dense below
-        (:func:`~botorch_sketch.models.nystrom_posterior.dtc_covariance`).
-        """
-        predictor = self._predictor()
-        S = self._posterior_cache()["S"]
-        offset, P, N = linalg.dtc_features(
-            predictor, self.covar_module(X, S).to_dense()
-        )
-        mean = self.mean_module(X) + offset
-        cov = dtc_covariance(self.covar_module(X), P, N)
-        return MultivariateNormal(mean.expand(cov.shape[:-1]), cov)
 
     def initial_dictionary(self) -> Tensor:
         r"""The dictionary at the current hyperparameters (lazy draw, after a fit).
@@ -1001,31 +860,6 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         )
         new.num_draws = max(new.num_draws, self.num_draws)
         return new
-
-    def _rls_at(self, X: Tensor, ridge: float | None = None) -> Tensor:
-        """DTC variance over the ridge at transformed inputs (aug batch layout).
-
-        ``ridge = None``: the model's noise (a fixed-noise likelihood's training
-        noise at the training points, its mean elsewhere).
-        """
-        if ridge is None:
-            cache = self._posterior_cache()
-            S, W, factor = cache["S"], cache["W"], cache["factor"]
-            Z = self._embed(X, S, W)
-            noise = self.likelihood.noise
-            if isinstance(self.likelihood, FixedNoiseGaussianLikelihood):
-                same = X.shape == self._train_X.shape and torch.equal(X, self._train_X)
-                noise = noise if same else noise.mean(-1, keepdim=True)
-        else:
-            # Only the embedding is shared with the posterior (kept in a memo for
-            # it, see _posterior_cache): the factor is the ridge's.
-            S, W, Z_train = self._train_embedding()
-            Z = Z_train if X is self._train_X else self._embed(X, S, W)
-            noise = torch.full_like(self._noise(), ridge)
-            factor = linalg.dtc_factor(Z_train, torch.zeros_like(noise), noise)
-            noise = noise[..., :1]
-        var = linalg.dtc_variance(factor, Z, self.covar_module(X, diag=True))
-        return linalg.rls_units(var, noise)
 
     def _dictionary_cap(self) -> int | None:
         """The policy's budget for the current data."""
