@@ -12,44 +12,29 @@ training inputs and ``A = I + Z^T N^{-1} Z``,
     cov(x, x') = k(x, x') - z(x)^T z(x') + z(x)^T A^{-1} z(x').
 
 This is the DTC predictive. It keeps the exact prior ``k(x, x')`` on test points,
-so the variance does not collapse away from the dictionary (no variance starvation,
-unlike SoR; unlike FITC it does not alter the training covariance). With every
-training point in ``S`` it equals the exact GP.
-
-Dictionary: points are kept with probability ``min(1, q_bar sigma~^2(x_i))`` where
-``sigma~^2 = var / noise`` is the posterior variance in "RLS units" (a ridge leverage
-score, BKB Sec. 3.1). It is drawn at the fitted hyperparameters by BLESS
-(:func:`~botorch_sketch.linalg.bless`, ``O(n m^2)``) or, from a previous model's
-state, by BKB's resampling.
-
-Budget: ``max_dictionary_size`` (``m_max``) bounds every ``O(n m^2)`` and
-``O(m^3)`` step. The number of points a leverage-score dictionary needs is about
-``q_bar d_eff``, which approaches ``n`` for low noise or short lengthscales; when
-it would exceed the budget, the dictionary is drawn from the leverage scores of the
-larger ridge where ``q_bar d_eff`` meets the budget (the best dictionary of that
-size), :attr:`NystromGP.sketch_ridge` reports that ridge and a warning is logged.
-The regime guard: small data sets (``n <= exact_max_n``), and data sets whose
-leverage-score dictionary would keep at least half of the points within the
-budget, use every point: the exact GP, which then costs about as much and is
-exact.
+so the variance does not collapse away from the dictionary (unlike SoR; unlike
+FITC it does not alter the training covariance). With every training point in
+``S`` it equals the exact GP.
 
 Cost: ``O(n m^2 + m^3)`` for the posterior caches, ``O(n m)`` memory, ``O(q m + q^2)``
 per batch of ``q`` test points after caching; marginal variances of ``q`` points
-(``posterior(X).variance``) cost ``O(q m r)``, no ``q x q`` matrix is formed.
+cost ``O(q m r)``, no ``q x q`` matrix is formed.
 
-The pieces: the dictionary policy's pure functions in
-:mod:`~botorch_sketch.models.nystrom_dictionary`, the posterior's operators and
-latent samples in :mod:`~botorch_sketch.models.nystrom_posterior` (over the algebra
-of :mod:`botorch_sketch.linalg`), the fitting strategy and the warm-start state in
-:mod:`~botorch_sketch.models.nystrom_fit`; this module is the model that joins them.
+The model joins its pieces, each its own module: the dictionary policy
+(:mod:`~botorch_sketch.models.dictionary_policy`), the fit options and fit
+(:mod:`~botorch_sketch.models.fit_options`, :mod:`~botorch_sketch.models.nystrom_fit`),
+the warm-start state (:mod:`~botorch_sketch.models.sketch_state`) and the
+posterior's operators (:mod:`~botorch_sketch.models.nystrom_posterior`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import warnings
 from copy import deepcopy
-from typing import Any, NamedTuple
+from dataclasses import replace
+from typing import Any
 
 import torch
 from botorch.acquisition.objective import PosteriorTransform
@@ -65,51 +50,49 @@ from botorch.models.utils.gpytorch_modules import (
 from botorch.posteriors.gpytorch import GPyTorchPosterior
 from botorch.posteriors.transformed import TransformedPosterior
 from botorch.utils.types import DEFAULT, _DefaultType
-from gpytorch.distributions import MultivariateNormal
 from gpytorch.likelihoods import FixedNoiseGaussianLikelihood, Likelihood
 from gpytorch.means import ConstantMean, Mean
 from gpytorch.mlls import MarginalLogLikelihood
 from gpytorch.models import GP
 from gpytorch.module import Module
 from gpytorch.settings import min_fixed_noise
-from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
-from botorch_sketch import linalg
+from botorch_sketch.models.dictionary_policy import (
+    DEFAULT_EXACT_MAX_N,
+    DEFAULT_MAX_DICTIONARY_SIZE,
+    DictionaryPolicy,
+    LeverageScorePolicy,
+)
+from botorch_sketch.models.dtc_posterior import DTCParts, DTCPosteriorMixin
 from botorch_sketch.models.extra_state import with_extra_state
+from botorch_sketch.models.fit_options import (
+    DEFAULT_FIT_SUBSET_SIZE,
+    OBJECTIVES,
+    NystromFitOptions,
+)
 from botorch_sketch.models.nystrom_dictionary import (
     EXACT_FRACTION,
     ROW_UNIFORM_BLOCK,
-    dictionary_cap,
-    draw_bless,
-    draw_dictionary,
     input_rows,
-    keeps_most,
     locate_rows,
-    resampling_ridge,
-    row_uniforms,
-    union_scores,
-    uses_every_point,
     validate_indices,
-    warm_dictionary,
 )
-from botorch_sketch.models.nystrom_fit import (
-    SketchState,
-    fit_nystrom_gp,
-    hyperparameter_state,
-)
+from botorch_sketch.models.nystrom_fit import custom_loss, exact_loss, fit_nystrom_gp
 from botorch_sketch.models.nystrom_posterior import (
     LAZY_COVARIANCE_MIN_POINTS,
     append_rows,
-    dtc_covariance,
-    same_key,
+    cast_posterior,
     sample_dtc_latent,
 )
 from botorch_sketch.models.options import ModelOptionsMixin
+from botorch_sketch.models.sketch_dictionary import SketchDictionaryMixin
+from botorch_sketch.models.sketch_state import SketchState, hyperparameter_state
 from botorch_sketch.models.validation import (
+    check_batch_shape,
     check_finite,
+    validate_candidates,
     validate_new_observations,
-    validate_sketch_options,
     validate_training_data,
 )
 
@@ -119,22 +102,22 @@ logger = logging.getLogger(__name__)
 #: data buffers, which ``.to(dtype)`` changes like every other tensor of the model.
 _DEFAULT_DTYPE = torch.float64
 
-#: Default sketch budget ``m_max`` (issue 15): on this project's 2-core machine an
-#: ``O(n m^2)`` pass at ``n = 10^5`` takes about 5 s and an ``m x m``
-#: eigendecomposition 0.2 s at this size. ``benchmarks/results/nystrom_scaling.md``
-#: measures what it costs in accuracy: on low-noise Hartmann6 the cap binds from
-#: ``n = 4,000`` and a budget of 2,000 buys a better NLL at about 3x the time.
-DEFAULT_MAX_DICTIONARY_SIZE = 1000
-
-#: Default size of the subsample the hyperparameters are fitted on.
-DEFAULT_FIT_SUBSET_SIZE = 1000
-
-#: Up to this many training points the model is the exact GP (every point in the
-#: dictionary): below it the capped sketch saves little and loses accuracy.
-DEFAULT_EXACT_MAX_N = 500
-
-#: Objectives of the hyperparameter fit (:mod:`~botorch_sketch.models.nystrom_fit`).
-OBJECTIVES = ("exact", "vfe", "dtc")
+#: The flat constructor options of each options object, with their defaults.
+_POLICY_OPTIONS = {
+    "q_bar": 2.0,
+    "max_dictionary_size": DEFAULT_MAX_DICTIONARY_SIZE,
+    "memory_budget_gb": None,
+    "exact_max_n": DEFAULT_EXACT_MAX_N,
+    "seed": None,
+}
+_FIT_OPTIONS = {
+    "fit_subset_size": DEFAULT_FIT_SUBSET_SIZE,
+    "objective": "exact",
+    "dictionary_refits": 1,
+    "refit_growth": 0.25,
+    "refit_tolerance": 0.05,
+    "refit_max_iterations": 50,
+}
 
 __all__ = [
     "DEFAULT_EXACT_MAX_N",
@@ -144,19 +127,147 @@ __all__ = [
     "LAZY_COVARIANCE_MIN_POINTS",
     "OBJECTIVES",
     "ROW_UNIFORM_BLOCK",
+    "DTCParts",
     "NystromGP",
 ]
 
 
-class DTCParts(NamedTuple):
-    r"""Parts of a :class:`NystromGP`'s DTC posterior (:meth:`NystromGP.dtc_parts`)."""
+def _options_object(
+    given: Any, base: type, factory: type, flat: dict[str, Any], name: str
+) -> Any:
+    r"""``given`` (checked), or ``factory(**flat)`` built from the flat keywords."""
+    if given is None:
+        return factory(**flat)
+    if not isinstance(given, base):
+        raise TypeError(
+            f"{name} must be a {base.__name__}, got {type(given).__name__}."
+        )
+    defaults = _POLICY_OPTIONS if base is DictionaryPolicy else _FIT_OPTIONS
+    changed = sorted(k for k, v in flat.items() if v != defaults[k])
+    if changed:
+        raise ValueError(f"pass either {name} or {changed}, not both.")
+    return given
 
-    inducing_points: Tensor
-    embedding_map: Tensor
-    factor: linalg.DTCFactor
+
+def _options_objects(
+    dictionary_policy: DictionaryPolicy | None,
+    fit_options: NystromFitOptions | None,
+    **flat: Any,
+) -> tuple[DictionaryPolicy, NystromFitOptions]:
+    r"""The policy and fit options: given, or built from the flat keywords."""
+    policy = _options_object(
+        dictionary_policy,
+        DictionaryPolicy,
+        LeverageScorePolicy,
+        {k: flat[k] for k in _POLICY_OPTIONS},
+        "dictionary_policy",
+    )
+    options = _options_object(
+        fit_options,
+        NystromFitOptions,
+        NystromFitOptions,
+        {k: flat[k] for k in _FIT_OPTIONS},
+        "fit_options",
+    )
+    return policy, options
 
 
-class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, FantasizeMixin):
+def _default_modules(
+    model: NystromGP,
+    d: int,
+    Yvar: Tensor | None,
+    likelihood: Likelihood | None,
+    mean_module: Mean | None,
+    covar_module: Module | None,
+) -> None:
+    r"""``SingleTaskGP``'s defaults for the modules the user did not give."""
+    batch_shape = model._aug_batch_shape
+    if likelihood is None:
+        if Yvar is None:
+            likelihood = get_gaussian_likelihood_with_lognormal_prior(
+                batch_shape=batch_shape
+            )
+        else:
+            likelihood = FixedNoiseGaussianLikelihood(
+                noise=Yvar, batch_shape=batch_shape
+            )
+    model.likelihood = likelihood
+    model.mean_module = mean_module or ConstantMean(batch_shape=batch_shape)
+    if covar_module is None:
+        covar_module = get_covar_module_with_dim_scaled_prior(
+            ard_num_dims=d, batch_shape=batch_shape
+        )
+        model._subset_batch_dict = {
+            "mean_module.raw_constant": -1,
+            "covar_module.raw_lengthscale": -3,
+        }
+        if Yvar is None:
+            model._subset_batch_dict["likelihood.noise_covar.raw_noise"] = -2
+    model.covar_module = covar_module
+
+
+def _changes_transform(model: NystromGP, state_dict: Any) -> bool:
+    r"""Whether ``state_dict`` holds outcome-transform values unlike the model's."""
+    if getattr(model, "outcome_transform", None) is None:
+        return False
+    current = model.state_dict()
+    return any(
+        key.startswith("outcome_transform.")
+        and torch.is_tensor(value)
+        and key in current
+        and not torch.equal(value.to(current[key]), current[key])
+        for key, value in state_dict.items()
+    )
+
+
+def _targets_and_noise(model: NystromGP) -> tuple[Tensor, Tensor | None]:
+    r"""Transformed targets (and fixed noises) as ``batch_shape x n x m``."""
+
+    def io_layout(T: Tensor) -> Tensor:
+        return T.unsqueeze(-1) if model.num_outputs == 1 else T.transpose(-1, -2)
+
+    fixed = isinstance(model.likelihood, FixedNoiseGaussianLikelihood)
+    Yvar = io_layout(model.likelihood.noise) if fixed else None
+    return io_layout(model.compute_targets), Yvar
+
+
+def _set_targets_and_noise(model: NystromGP, Y: Tensor, Yvar: Tensor | None) -> None:
+    r"""Store untransformed ``batch_shape x n x m`` targets (and fixed noises)
+    transformed by the model's outcome transform, in evaluation mode."""
+
+    def aug_layout(T: Tensor) -> Tensor:
+        return T.squeeze(-1) if model.num_outputs == 1 else T.transpose(-1, -2)
+
+    model.outcome_transform.eval()
+    with torch.no_grad():
+        Y, Yvar = model.outcome_transform(Y, Yvar)
+    model.train_targets = aug_layout(Y)
+    if Yvar is not None:
+        model.likelihood.noise = aug_layout(Yvar)
+
+
+def _option(holder: str, name: str) -> property:
+    r"""A model attribute read from (and set through) one of its options objects."""
+
+    def get(self: NystromGP) -> Any:
+        return getattr(getattr(self, holder), name, None)
+
+    get.__doc__ = f"``{holder}.{name}`` (``None`` where the object has none)."
+
+    def set_(self: NystromGP, value: Any) -> None:
+        setattr(self, holder, replace(getattr(self, holder), **{name: value}))
+
+    return property(get, set_)
+
+
+class NystromGP(
+    ModelOptionsMixin,
+    SketchDictionaryMixin,
+    DTCPosteriorMixin,
+    BatchedMultiOutputGPyTorchModel,
+    GP,
+    FantasizeMixin,
+):
     r"""DTC/Nyström sparse GP whose dictionary is drawn by posterior-variance sampling.
 
     A drop-in replacement for ``SingleTaskGP`` at large ``n``: same constructor
@@ -165,20 +276,24 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     (the posterior is a ``GPyTorchPosterior`` over the joint DTC covariance,
     ``condition_on_observations`` and ``fantasize`` are exact DTC updates).
 
+    Two objects make its choices: the ``dictionary_policy`` (which points form
+    the dictionary: :class:`~botorch_sketch.models.dictionary_policy.
+    LeverageScorePolicy` by default) and the ``fit_options``
+    (:class:`~botorch_sketch.models.fit_options.NystromFitOptions`). Their fields
+    are also accepted as flat keyword arguments, which build the default objects.
+
     Fitting: ``fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))``
-    works unchanged and runs :meth:`custom_fit`: hyperparameters by the exact
-    marginal likelihood of a seeded subsample of at most ``fit_subset_size`` points,
-    then the dictionary at the fitted hyperparameters, within the budget
-    (:mod:`~botorch_sketch.models.nystrom_fit`). In a loop, pass the previous
-    model's :meth:`sketch_state` as ``warm_start``: hyperparameters and dictionary
-    are then kept and updated (refits on a schedule, BKB's resampling), not
-    rebuilt.
+    runs :meth:`custom_fit` (:func:`~botorch_sketch.models.nystrom_fit.
+    fit_nystrom_gp`). In a loop, pass the previous model's :meth:`sketch_state`
+    as ``warm_start``: hyperparameters and dictionary are then kept and updated.
 
     Attributes:
         sketch_ridge: The ridge whose leverage scores the dictionary samples (the
             noise variance, or larger where the budget bound); ``None`` for an
             exact (every point) or user-given dictionary.
         dictionary_capped: Whether the budget bound at the last draw.
+        num_draws: Random draws made so far (numbers the seeds of the next).
+        fit_record: ``(num_fit_points, fit_loss, drift_refits)`` of the last fit.
 
     Example:
         >>> model = NystromGP(train_X, train_Y, seed=0)
@@ -211,6 +326,8 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         refit_growth: float = 0.25,
         refit_tolerance: float = 0.05,
         refit_max_iterations: int = 50,
+        dictionary_policy: DictionaryPolicy | None = None,
+        fit_options: NystromFitOptions | None = None,
     ) -> None:
         r"""Build the model.
 
@@ -218,60 +335,46 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             train_X: ``batch_shape x n x d`` training inputs.
             train_Y: ``batch_shape x n x m`` training targets.
             train_Yvar: Optional ``batch_shape x n x m`` observed noise variances
-                (``>= 0``; gpytorch floors them at ``1e-6`` in float64); if given,
-                a ``FixedNoiseGaussianLikelihood`` is used.
+                (``>= 0``); if given, a ``FixedNoiseGaussianLikelihood`` is used.
             likelihood: A Gaussian likelihood (default: as ``SingleTaskGP``).
             covar_module: Kernel (default: RBF with dimension-scaled priors).
             mean_module: Mean (default: ``ConstantMean``).
             outcome_transform: Defaults to ``Standardize(m)``; ``None`` disables.
             input_transform: An input transform without trainable parameters
                 (e.g. ``Normalize``).
-            q_bar: Oversampling factor of the dictionary sampling (``> 0``); the
-                authors suggest 2 to 10.
-            dictionary: ``None`` (default: drawn when first needed, at the
-                hyperparameters of that moment, i.e. the fitted ones after
-                ``fit_gpytorch_mll``), ``"all"`` (every point: the exact GP) or a
-                ``LongTensor`` of training indices.
-            dictionary_refits: Dictionary redraws inside a VFE/DTC fit.
-            fit_subset_size: The hyperparameters are fitted on a seeded uniform
-                subsample of at most this many points (``None``: all).
-            objective: Hyperparameter objective: ``"exact"`` (the exact marginal
-                likelihood of the fit subsample), ``"vfe"`` (Titsias' bound of the
-                sketch) or ``"dtc"`` (the DTC likelihood).
-            max_dictionary_size: The sketch budget ``m_max`` (``None``: no budget;
-                module docstring).
-            seed: Seed for every random choice (dictionary draws, subsamples); draws
-                are numbered, so copies of the model stay reproducible.
-            memory_budget_gb: Optional memory budget of the ``n x m`` blocks (about
-                four ``n x m`` arrays): the dictionary is also capped at
-                ``budget / (4 n itemsize)`` points.
-            exact_max_n: Up to this many points every point is in the dictionary
-                (the exact GP; module docstring).
+            q_bar, max_dictionary_size, seed, memory_budget_gb, exact_max_n: The
+                fields of the default :class:`~botorch_sketch.models.
+                dictionary_policy.LeverageScorePolicy` (not with
+                ``dictionary_policy``).
+            dictionary: ``None`` (drawn by the policy when first needed, i.e. at
+                the fitted hyperparameters after ``fit_gpytorch_mll``), ``"all"``
+                (every point: the exact GP) or a ``LongTensor`` of training
+                indices.
+            dictionary_refits, fit_subset_size, objective, refit_growth,
+                refit_tolerance, refit_max_iterations: The fields of the default
+                :class:`~botorch_sketch.models.fit_options.NystromFitOptions`
+                (not with ``fit_options``).
             warm_start: A previous model's :meth:`sketch_state` (or its
-                ``to_dict()``): start from its hyperparameters and dictionary
-                (:mod:`~botorch_sketch.models.nystrom_fit`).
-            refit_growth: With ``warm_start``, refit the hyperparameters once the
-                data grew by this fraction since the last fit.
-            refit_tolerance: With ``warm_start``, refit when the per-point negative
-                log marginal likelihood rose by more than this many nats; such a
-                refit right after another also tries the construction values as a
-                start and keeps the better fit.
-            refit_max_iterations: L-BFGS-B iterations of a scheduled refit (of
-                each of its starts).
+                ``to_dict()``). A state with non-finite numbers is discarded
+                with a warning.
+            dictionary_policy: The dictionary policy.
+            fit_options: The fit options.
         """
         validate_training_data(train_X, train_Y, train_Yvar)
-        validate_sketch_options(
+        policy, options = _options_objects(
+            dictionary_policy,
+            fit_options,
             q_bar=q_bar,
+            max_dictionary_size=max_dictionary_size,
+            memory_budget_gb=memory_budget_gb,
+            exact_max_n=exact_max_n,
+            seed=seed,
+            fit_subset_size=fit_subset_size,
             objective=objective,
-            objectives=OBJECTIVES,
             dictionary_refits=dictionary_refits,
             refit_growth=refit_growth,
             refit_tolerance=refit_tolerance,
             refit_max_iterations=refit_max_iterations,
-            exact_max_n=exact_max_n,
-            fit_subset_size=fit_subset_size,
-            max_dictionary_size=max_dictionary_size,
-            memory_budget_gb=memory_budget_gb,
         )
         if input_transform is not None and any(
             p.requires_grad for p in input_transform.parameters()
@@ -280,13 +383,25 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
                 "NystromGP stores transformed training inputs; input transforms with "
                 "trainable parameters (e.g. Warp) are not supported."
             )
-        if train_X.dtype != _DEFAULT_DTYPE:
-            logger.info(
-                "NystromGP is built in float64 (the Nystrom embedding and the "
-                "variance differences need it); casting %s data. `.to(dtype)` "
-                "afterwards switches the model's compute dtype.",
-                train_X.dtype,
+        if warm_start is not None:
+            warm_start = SketchState.from_dict(warm_start)
+            problems = warm_start.problems(train_X.shape[-2])
+            if problems:
+                warnings.warn(
+                    f"NystromGP: warm_start discarded ({'; '.join(problems)}); "
+                    "the model fits from scratch.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                warm_start = None
+        dictionary_idx = None
+        if isinstance(dictionary, str) and dictionary != "all":
+            raise ValueError(
+                f"dictionary must be 'all', None or indices, got {dictionary!r}."
             )
+        if dictionary is not None and not isinstance(dictionary, str):
+            dictionary_idx = validate_indices(dictionary, train_X.shape[-2])
+        data_dtype = train_X.dtype
         train_X = train_X.to(_DEFAULT_DTYPE)
         train_Y = train_Y.to(_DEFAULT_DTYPE)
         if train_Yvar is not None:
@@ -313,93 +428,84 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         self.register_buffer("_train_X", X_b.detach().clone(), persistent=False)
         self.register_buffer("_train_Y", Y_b.detach().clone(), persistent=False)
         self._original_train_inputs = train_X.detach().clone()
-        if likelihood is None:
-            if Yvar_b is None:
-                likelihood = get_gaussian_likelihood_with_lognormal_prior(
-                    batch_shape=self._aug_batch_shape
-                )
-            else:
-                likelihood = FixedNoiseGaussianLikelihood(
-                    noise=Yvar_b, batch_shape=self._aug_batch_shape
-                )
-        self.likelihood = likelihood
-        self.mean_module = mean_module or ConstantMean(
-            batch_shape=self._aug_batch_shape
+        _default_modules(
+            self, X_b.shape[-1], Yvar_b, likelihood, mean_module, covar_module
         )
-        if covar_module is None:
-            covar_module = get_covar_module_with_dim_scaled_prior(
-                ard_num_dims=transformed_X.shape[-1], batch_shape=self._aug_batch_shape
-            )
-            self._subset_batch_dict = {
-                "mean_module.raw_constant": -1,
-                "covar_module.raw_lengthscale": -3,
-            }
-            if Yvar_b is None:
-                self._subset_batch_dict["likelihood.noise_covar.raw_noise"] = -2
-        self.covar_module = covar_module
         if outcome_transform is not None:
             self.outcome_transform = outcome_transform
         if input_transform is not None:
             self.input_transform = input_transform
-        self.q_bar = float(q_bar)
-        self.dictionary_refits = dictionary_refits
-        self.fit_subset_size = fit_subset_size
-        self.objective = objective
-        self.seed = seed
-        self.max_dictionary_size = max_dictionary_size
-        self.memory_budget_gb = memory_budget_gb
-        self.exact_max_n = exact_max_n
-        self.warm_start = (
-            None if warm_start is None else SketchState.from_dict(warm_start)
-        )
-        self.refit_growth = float(refit_growth)
-        self.refit_tolerance = float(refit_tolerance)
-        self.refit_max_iterations = refit_max_iterations
+        self.dictionary_policy: DictionaryPolicy = policy
+        self.fit_options: NystromFitOptions = options
+        self.warm_start = warm_start
         self.sketch_ridge: float | None = None
         self.dictionary_capped = False
-        self._fit_record: tuple[int, float, int] | None = None
-        self._num_draws = 0 if self.warm_start is None else self.warm_start.num_draws
+        self.nystrom_residual: float | None = None
+        self.fit_record: tuple[int, float, int] | None = None
+        self.num_draws = 0 if warm_start is None else warm_start.num_draws
         self._cache: dict[str, Any] | None = None
         self._embedding_memo: tuple[Any, tuple[Tensor, Tensor, Tensor]] | None = None
         self.to(dtype=_DEFAULT_DTYPE, device=train_X.device)
-        n = self._train_X.shape[-2]
-        self._dictionary_spec = "auto"
-        idx = None
-        if isinstance(dictionary, str):
-            if dictionary != "all":
-                raise ValueError(
-                    f"dictionary must be 'all', None or indices, got {dictionary!r}."
-                )
-            self._dictionary_spec = "all"
-        elif dictionary is not None:
-            idx = validate_indices(dictionary, n).to(train_X.device)
+        self._data_dtype = data_dtype
+        self._dictionary_spec = "auto" if dictionary is None else "all"
+        if dictionary_idx is not None:
+            dictionary_idx = dictionary_idx.to(train_X.device)
             self._dictionary_spec = "given"
-        self.register_buffer("_dictionary_indices", idx, persistent=False)
+        self.register_buffer("_dictionary_indices", dictionary_idx, persistent=False)
 
-    # ----------------------------------------------------------------------------
-    # Data accessors (transformed inputs, output-augmented batch layout)
-    # ----------------------------------------------------------------------------
+    q_bar = _option("dictionary_policy", "q_bar")
+    max_dictionary_size = _option("dictionary_policy", "max_dictionary_size")
+    memory_budget_gb = _option("dictionary_policy", "memory_budget_gb")
+    exact_max_n = _option("dictionary_policy", "exact_max_n")
+    seed = _option("dictionary_policy", "seed")
+    fit_subset_size = _option("fit_options", "fit_subset_size")
+    objective = _option("fit_options", "objective")
+    dictionary_refits = _option("fit_options", "dictionary_refits")
+    refit_growth = _option("fit_options", "refit_growth")
+    refit_tolerance = _option("fit_options", "refit_tolerance")
+    refit_max_iterations = _option("fit_options", "refit_max_iterations")
+
+    @property
+    def _num_draws(self) -> int:
+        return self.num_draws
+
+    @_num_draws.setter
+    def _num_draws(self, value: int) -> None:
+        self.num_draws = value
 
     @property
     def train_inputs(self) -> tuple[Tensor]:
-        r"""``(X,)`` with ``X`` of shape ``batch_shape x (m) x n x d``, transformed."""
-        return (self._train_X,)
+        r"""``(X,)``, ``X`` of shape ``batch_shape x (m) x n x d``, transformed, in
+        the data's dtype (:attr:`data_dtype`)."""
+        return (self._train_X.to(self.data_dtype),)
 
     @train_inputs.setter
     def train_inputs(self, value: tuple[Tensor]) -> None:
-        self._train_X = value[0]
+        self._train_X = value[0].to(self._train_X.dtype)
         self._cache = None
         self._embedding_memo = None
 
     @property
     def train_targets(self) -> Tensor:
-        r"""``batch_shape x (m) x n`` transformed training targets."""
-        return self._train_Y
+        r"""``batch_shape x (m) x n`` transformed training targets (data dtype)."""
+        return self._train_Y.to(self.data_dtype)
 
     @train_targets.setter
     def train_targets(self, value: Tensor) -> None:
-        self._train_Y = value
+        self._train_Y = value.to(self._train_Y.dtype)
         self._cache = None
+
+    @property
+    def compute_targets(self) -> Tensor:
+        r"""``batch_shape x (m) x n`` transformed training targets, compute dtype."""
+        return self._train_Y
+
+    @property
+    def data_dtype(self) -> torch.dtype:
+        r"""The dtype of the data the model was built on (or last ``.to()``): that
+        of its outputs. It computes in :attr:`compute_dtype` (float64 unless
+        ``.to()`` changed it)."""
+        return getattr(self, "_data_dtype", self._train_X.dtype)
 
     def _set_transformed_inputs(self) -> None:
         # Training inputs are stored transformed once, at construction.
@@ -421,6 +527,11 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     _compute_dtype = compute_dtype
 
     @property
+    def compute_inputs(self) -> Tensor:
+        r"""``batch_shape x (m) x n x d`` transformed training inputs, compute dtype."""
+        return self._train_X
+
+    @property
     def input_dim(self) -> int:
         r"""Number of input features ``d`` of the (untransformed) training inputs."""
         return self._original_train_inputs.shape[-1]
@@ -430,9 +541,12 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         # the posterior caches are rebuilt in the new dtype/device on next use.
         self._cache = None
         self._embedding_memo = None
+        before = self._train_X.dtype if hasattr(self, "_train_X") else None
         out = super()._apply(fn, *args, **kwargs)
         if hasattr(self, "_original_train_inputs"):
             self._original_train_inputs = fn(self._original_train_inputs)
+        if before is not None and self._train_X.dtype != before:
+            self._data_dtype = self._train_X.dtype  # an explicit dtype change
         return out
 
     @property
@@ -440,7 +554,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         r"""Sorted training indices of the dictionary ``S`` (drawn when first used)."""
         if self._dictionary_indices is None:
             with torch.no_grad():
-                self._dictionary_indices = self._initial_dictionary()
+                self._dictionary_indices = self.initial_dictionary()
         return self._dictionary_indices
 
     @dictionary_indices.setter
@@ -454,6 +568,21 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         return int(self.dictionary_indices.numel())
 
     @property
+    def dictionary_report(self) -> dict[str, Any]:
+        r"""What the dictionary is and why: its size, the budget and whether it
+        bound, the ridge it sampled, and the mean Nyström residual over the noise
+        where the policy measured it (``0`` for every point)."""
+        size = self.dictionary_size  # drawn now if still pending
+        return {
+            "size": size,
+            "n": self.num_training_points,
+            "cap": self._dictionary_cap(),
+            "capped": self.dictionary_capped,
+            "ridge": self.sketch_ridge,
+            "residual": self.nystrom_residual,
+        }
+
+    @property
     def inducing_points(self) -> Tensor:
         r"""``batch_shape x (m) x |S| x d`` dictionary points (transformed space)."""
         return self._train_X[..., self.dictionary_indices, :]
@@ -461,7 +590,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     @property
     def uses_sketch(self) -> bool:
         r"""Whether the hyperparameter objective is a sketch objective (VFE/DTC)."""
-        return self.objective != "exact"
+        return self.fit_options.uses_sketch
 
     def train(self, mode: bool = True) -> NystromGP:
         r"""Set the training mode; caches are dropped when leaving or entering it."""
@@ -469,176 +598,29 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             self._cache = None
         return super().train(mode)
 
-    # ----------------------------------------------------------------------------
-    # Core computations
-    # ----------------------------------------------------------------------------
-
-    def _noise(self) -> Tensor:
-        """``batch_shape x (m) x n`` noise variances of the training points."""
-        return self.likelihood.noise.expand(self._train_Y.shape)
-
-    def _embedding(self) -> tuple[Tensor, Tensor]:
-        """Inducing points and the map ``W`` with ``z(x) = W^T k_S(x)``."""
-        S = self.inducing_points
-        W = linalg.nystrom_embedding_map(self.covar_module(S).to_dense())
-        return S, W
-
-    def _embed(self, X: Tensor, S: Tensor, W: Tensor) -> Tensor:
-        return self.covar_module(X, S).to_dense() @ W
-
-    def _train_embedding(self) -> tuple[Tensor, Tensor, Tensor]:
-        r"""``(S, W, Z)`` of the training inputs for the current dictionary.
-
-        Remembered for the current dictionary and hyperparameters (one
-        ``O(n m r)`` product), so that the leverage scores of a warm start's draw
-        and the posterior of an unchanged dictionary share it.
-        """
-        X = self._train_X
-        data = torch.tensor([X.data_ptr(), X._version, *X.shape])
-        key = (self.dictionary_indices, (data, *self._hyperparameter_key()))
-        memo = self._embedding_memo
-        if memo is not None and same_key(memo[0], key):
-            return memo[1]
-        with torch.no_grad():
-            S, W = self._embedding()
-            Z = self._embed(self._train_X, S, W)
-        self._embedding_memo = (key, (S, W, Z))
-        return S, W, Z
-
-    def _hyperparameter_key(self) -> tuple[Tensor, ...]:
-        return tuple(p.detach().clone() for p in self.parameters())
-
-    def _posterior_cache(self) -> dict[str, Any]:
-        """Posterior caches, rebuilt when data, dictionary or hyperparameters change.
-
-        Unlike ``ExactGP``, which keeps its caches until ``train()`` is called, we
-        compare the hyperparameters on every call (a few small tensors), so setting
-        e.g. ``model.covar_module.lengthscale`` in eval mode is never served stale.
-
-        Like gpytorch's test caches they are detached from the hyperparameters,
-        but not from the training data when those carry gradients: a fantasy
-        model's data depend on the fantasy points, and qKG / qNIPV differentiate
-        through them. The embedding map of the (data-independent) dictionary is
-        always built without gradients (an eigendecomposition's are unstable).
-        """
-        current = [p.detach() for p in self.parameters()]  # compared, not copied
-        if self._cache is not None and not all(
-            torch.equal(a, b) for a, b in zip(current, self._cache["key"], strict=True)
-        ):
-            self._cache = None
-        if self._cache is None:
-            key = tuple(p.clone() for p in current)
-            X, Y = self._train_X, self._train_Y
-            data_grad = torch.is_grad_enabled() and (X.requires_grad or Y.requires_grad)
-            if data_grad:
-                with torch.no_grad():
-                    S, W = self._embedding()
-            with torch.set_grad_enabled(data_grad):
-                if not data_grad:
-                    S, W, Z = self._train_embedding()
-                else:
-                    Z = self._embed(X, S, W)
-                r = Y - self.mean_module(X)
-                factor = linalg.dtc_factor(Z, r, self._noise())
-                # The folded predictor's eigendecomposition has no stable
-                # gradient: keep the unfolded form when the data carry one.
-                predictor = (
-                    linalg.dtc_predictor(W, factor, fold=False) if data_grad else None
-                )
-            self._cache = {
-                "S": S,
-                "W": W,
-                "factor": factor,
-                "predictor": predictor,
-                "key": key,
-            }
-        return self._cache
-
-    def _predictor(self) -> linalg.DTCPredictor:
-        cache = self._posterior_cache()
-        if cache["predictor"] is None:
-            cache["predictor"] = linalg.dtc_predictor(cache["W"], cache["factor"])
-        return cache["predictor"]
-
-    def dtc_predictor(self) -> linalg.DTCPredictor:
-        r"""The posterior's :class:`~botorch_sketch.linalg.DTCPredictor`, built on
-        first use (folded unless the training data carry gradients)."""
-        return self._predictor()
-
-    def dtc_parts(self) -> DTCParts:
-        r"""The current DTC posterior's parts: dictionary points ``S``
-        (``|S| x d``, transformed space), embedding map ``W`` (``|S| x r``) and the
-        :class:`~botorch_sketch.linalg.DTCFactor` of the data.
-
-        The returned objects are rebuilt (new identities) whenever the data, the
-        dictionary or the hyperparameters change, so ``parts.factor is old.factor``
-        tells a caller that its derived caches are still valid.
-        """
-        cache = self._posterior_cache()
-        return DTCParts(cache["S"], cache["W"], cache["factor"])
-
-    # ----------------------------------------------------------------------------
-    # Fitting (the strategy lives in botorch_sketch.models.nystrom_fit)
-    # ----------------------------------------------------------------------------
+    def training_noise(self) -> Tensor:
+        r"""``batch_shape x (m) x n`` noise variances of the training points."""
+        return self._noise()
 
     def exact_loss(self) -> Tensor:
         r"""Negative exact log marginal likelihood per point, ``batch_shape x (m)``.
 
-        ``O(n^3)``: meant for the fit subsample (at most ``fit_subset_size``
-        points). Priors are not included.
+        :func:`~botorch_sketch.models.nystrom_fit.exact_loss`, ``O(n^3)``: meant
+        for the fit subsample. Priors are not included.
         """
-        X = self._train_X
-        K = self.covar_module(X).to_dense()
-        r = self._train_Y - self.mean_module(X)
-        try:
-            ll = linalg.exact_log_marginal_likelihood(K, r, self._noise())
-        except torch.linalg.LinAlgError as err:
-            # A line-search step into a degenerate region: BoTorch's fit loop
-            # retries on NotPSDError.
-            raise NotPSDError(f"NystromGP loss: {err}") from err
-        return -ll / r.shape[-1]
+        return exact_loss(self)
 
     def compute_custom_loss(self, mll: MarginalLogLikelihood, **kwargs: Any) -> Tensor:
         r"""The hyperparameter objective, negated, plus log priors, over ``n``.
 
-        Picked up by BoTorch's loss closure, so ``fit_gpytorch_mll`` optimises it
-        (on the fit subsample, see :meth:`custom_fit`). ``objective="exact"``: the
-        exact marginal likelihood (:meth:`exact_loss`, ``O(n^3)``). ``"vfe"`` /
-        ``"dtc"``: Titsias' collapsed bound or the DTC likelihood of the sketch,
-        with the Cholesky form of the Nyström features (:func:`~botorch_sketch.
-        linalg.cholesky_features`, stable gradients), ``O(n m^2)`` time, ``O(n m)``
-        memory. Normalised like ``ExactMarginalLogLikelihood`` (divided by ``n``)
-        and, like it, one value per member of the output-augmented batch
-        (``batch_shape x (m)``): BoTorch sums them for a joint fit, or fits each
-        member on its own (multi-output and batched models).
+        :func:`~botorch_sketch.models.nystrom_fit.custom_loss`; picked up by
+        BoTorch's loss closure, so ``fit_gpytorch_mll`` optimises it.
 
         Returns:
             A ``batch_shape x (m)`` tensor (a scalar for an unbatched one-output
             model).
         """
-        n = self._train_Y.shape[-1]
-        if self.objective == "exact":
-            loss = self.exact_loss()
-        else:
-            X, S = self._train_X, self.inducing_points
-            r = self._train_Y - self.mean_module(X)
-            kdiag = self.covar_module(X, diag=True) if self.objective == "vfe" else None
-            try:
-                Z = linalg.cholesky_features(
-                    self.covar_module(X, S).to_dense(), self.covar_module(S).to_dense()
-                )
-                ll = linalg.dtc_log_marginal_likelihood(
-                    Z, r, self._noise(), kdiag=kdiag
-                )
-            except torch.linalg.LinAlgError as err:
-                raise NotPSDError(f"NystromGP loss: {err}") from err
-            loss = -ll / n
-        # Priors per batch member, reduced over their trailing (event) dimensions
-        # as ``ExactMarginalLogLikelihood`` does.
-        for _, module, prior, closure, _ in self.named_priors():
-            term = prior.log_prob(closure(module))
-            loss = loss - term.reshape(*term.shape[: loss.dim()], -1).sum(-1) / n
-        return loss
+        return custom_loss(self)
 
     def custom_fit(
         self,
@@ -674,7 +656,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         Pass it (or its ``to_dict()``, e.g. through Ax's generator state) as
         ``warm_start`` of the next model.
         """
-        num_fit_points, fit_loss, drift_refits = self._fit_record or (
+        num_fit_points, fit_loss, drift_refits = self.fit_record or (
             self.num_training_points,
             math.nan,
             0,
@@ -687,18 +669,23 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             dictionary_inputs=self.inducing_points.detach().clone(),
             num_fit_points=num_fit_points,
             fit_loss=fit_loss,
-            num_draws=self._num_draws,
+            num_draws=self.num_draws,
             sketch_ridge=math.nan if self.sketch_ridge is None else self.sketch_ridge,
             drift_refits=drift_refits,
         )
 
+    def data_subset(self, idx: Tensor) -> NystromGP:
+        r"""A copy restricted to training points ``idx`` (dictionary drawn lazily).
+
+        It keeps this model's budget (the policy's :meth:`~botorch_sketch.models.
+        dictionary_policy.DictionaryPolicy.with_cap`), so a sketch objective on
+        the subset sees a dictionary of the size the full model will use.
+        """
+        return self._data_subset(idx)
+
     def _data_subset(self, idx: Tensor) -> NystromGP:
-        """A copy restricted to training points ``idx`` (dictionary drawn lazily)."""
         sub = deepcopy(self)
-        # The subset fit uses the full model's budget, so a sketch objective sees
-        # a dictionary of the size the full model will use.
-        sub.max_dictionary_size = self._dictionary_cap()
-        sub.memory_budget_gb = None
+        sub.dictionary_policy = self.dictionary_policy.with_cap(self._dictionary_cap())
         sub.warm_start = None
         sub._train_X = self._train_X[..., idx, :]
         sub._train_Y = self._train_Y[..., idx]
@@ -709,206 +696,6 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         sub._cache = None
         sub._embedding_memo = None
         return sub
-
-    # ----------------------------------------------------------------------------
-    # Prior and posterior
-    # ----------------------------------------------------------------------------
-
-    def __call__(self, X: Tensor, *args: Any, **kwargs: Any) -> MultivariateNormal:
-        r"""Prior in training mode, DTC posterior of the latent function in eval mode.
-
-        This mirrors ``ExactGP.__call__``, which BoTorch's ``posterior`` relies on.
-        ``X`` is transformed and in the output-augmented batch layout.
-        """
-        if self.training:
-            return self.forward(X)
-        return self._dtc_mvn(X)
-
-    def forward(self, X: Tensor) -> MultivariateNormal:
-        r"""The GP prior at ``X`` (``batch_shape x (m) x q x d``)."""
-        return MultivariateNormal(self.mean_module(X), self.covar_module(X))
-
-    def _dtc_mvn(self, X: Tensor) -> MultivariateNormal:
-        r"""The DTC posterior at ``X``, ``cov = K_XX - Z Z^T + U U^T``.
-
-        Lazy for ``q >= LAZY_COVARIANCE_MIN_POINTS`` points, dense below
-        (:func:`~botorch_sketch.models.nystrom_posterior.dtc_covariance`).
-        """
-        predictor = self._predictor()
-        S = self._posterior_cache()["S"]
-        offset, P, N = linalg.dtc_features(
-            predictor, self.covar_module(X, S).to_dense()
-        )
-        mean = self.mean_module(X) + offset
-        cov = dtc_covariance(self.covar_module(X), P, N)
-        return MultivariateNormal(mean.expand(cov.shape[:-1]), cov)
-
-    # ----------------------------------------------------------------------------
-    # Dictionary: exact, BLESS, BKB resampling, all within the budget
-    # (the policy's pure functions: botorch_sketch.models.nystrom_dictionary)
-    # ----------------------------------------------------------------------------
-
-    def _initial_dictionary(self) -> Tensor:
-        r"""The dictionary at the current hyperparameters (lazy draw, and after a fit).
-
-        Every point if ``n <= exact_max_n`` or ``dictionary="all"``; the given
-        indices; with a warm start, BKB's resampling of the previous dictionary
-        (located among the current training inputs); else BLESS. Within the budget;
-        every point again if the draw keeps at least ``EXACT_FRACTION`` of them.
-        """
-        n = self.num_training_points
-        if self._dictionary_spec == "given" and self._dictionary_indices is not None:
-            return self._dictionary_indices
-        cap = self._dictionary_cap()
-        if uses_every_point(self._dictionary_spec, n, self.exact_max_n, cap):
-            self.sketch_ridge, self.dictionary_capped = None, False
-            return torch.arange(n, device=self._train_X.device)
-        idx = None
-        if self.warm_start is not None:
-            previous = self._warm_dictionary(self.warm_start)
-            if previous.numel() > 0:
-                self._dictionary_indices = torch.unique(previous)
-                self._cache = None
-                ridge = self._resampling_ridge(self.warm_start.sketch_ridge)
-                idx = self._draw_indices(
-                    self.leverage_scores(ridge),
-                    None,
-                    ridge,
-                    uniforms=self._row_uniforms(),
-                )
-        if idx is None:
-            idx = self._bless_indices()
-        if keeps_most(idx.numel(), n, cap):
-            self.sketch_ridge, self.dictionary_capped = None, False
-            return torch.arange(n, device=self._train_X.device)
-        return idx
-
-    def _warm_dictionary(self, state: SketchState) -> Tensor:
-        r"""The warm start's dictionary among this model's training rows.
-
-        :func:`~botorch_sketch.models.nystrom_dictionary.warm_dictionary`; empty
-        if it cannot be found (then BLESS runs).
-        """
-        rows = warm_dictionary(self._train_X, state)
-        if rows is None:
-            logger.info(
-                "NystromGP warm start: the previous dictionary is not in the data."
-            )
-            return state.dictionary_rows[:0].to(self._train_X.device)
-        return rows
-
-    def posterior_variance_at_train(self) -> Tensor:
-        r"""DTC variances at the training points in RLS units (``var / noise``).
-
-        These are the (approximate) ridge leverage scores ``sigma~_t^2(x_i)``; their
-        sum estimates the effective dimension ``d_eff`` (BKB Eq. 5).
-
-        Returns:
-            A ``batch_shape x (m) x n`` tensor.
-        """
-        return self.leverage_scores()
-
-    def leverage_scores(self, ridge: float | None = None) -> Tensor:
-        r"""Approximate ridge leverage scores of the training points at ``ridge``.
-
-        ``tau~_i = (k_ii - ||z_i||^2) / ridge + z_i^T (Z^T Z + ridge I)^{-1} z_i``:
-        the DTC posterior variance over ``ridge`` of a model whose noise is
-        ``ridge``, with the current dictionary (BKB Sec. 3.1). ``ridge = None`` uses
-        the model's noise (:meth:`posterior_variance_at_train`). When the budget
-        binds, the dictionary is resampled at its own, larger, ridge
-        (:attr:`sketch_ridge`): at the noise ridge every point outside the capped
-        span would score its whole Nyström residual over a tiny ridge and the
-        redraw would swap the dictionary for its complement.
-
-        Returns:
-            A ``batch_shape x (m) x n`` tensor. ``O(n m r)``.
-        """
-        with torch.no_grad():
-            return self._rls_at(self._train_X, ridge)
-
-    def _next_generator(
-        self, generator: torch.Generator | None
-    ) -> torch.Generator | None:
-        if generator is not None or self.seed is None:
-            return generator
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self._num_draws)
-        self._num_draws += 1
-        return g
-
-    def _resampling_ridge(self, ridge: float | None) -> float | None:
-        """The ridge of a redraw (:func:`~.nystrom_dictionary.resampling_ridge`)."""
-        return resampling_ridge(ridge, float(self.likelihood.noise.mean()))
-
-    def _row_uniforms(self, stream: int = 0) -> Tensor:
-        r"""One fixed uniform number per training row, for coupled draws.
-
-        :func:`~botorch_sketch.models.nystrom_dictionary.row_uniforms` at the
-        model's seed: ``stream`` 0 for dictionary draws, 1 for the fit subsample
-        (:mod:`~botorch_sketch.models.nystrom_fit`).
-        """
-        return row_uniforms(
-            self.num_training_points, self.seed, stream, self._compute_dtype
-        )
-
-    def _draw_indices(
-        self,
-        rls: Tensor,
-        generator: torch.Generator | None,
-        ridge: float | None = None,
-        uniforms: Tensor | None = None,
-    ) -> Tensor:
-        r"""BKB's posterior-variance sampling of the (deduplicated) training points.
-
-        Scores ``q_bar c sigma~^2`` (:func:`~botorch_sketch.models.
-        nystrom_dictionary.union_scores`) drawn within the budget
-        (:func:`~botorch_sketch.models.nystrom_dictionary.draw_dictionary`).
-        """
-        union = union_scores(rls, input_rows(self._train_X), self.q_bar)
-        draw = draw_dictionary(
-            union,
-            self._dictionary_cap(),
-            float(self.likelihood.noise.mean()),
-            ridge,
-            generator=generator,
-            uniforms=uniforms,
-        )
-        if draw.fallback:
-            logger.warning("Dictionary draw was empty; kept the most uncertain point.")
-        self._record_ridge(draw.ridge, draw.capped)
-        return draw.indices
-
-    def _record_ridge(self, ridge: float, capped: bool) -> None:
-        self.sketch_ridge, self.dictionary_capped = ridge, capped
-        if capped:
-            logger.warning(
-                "NystromGP: the sketch budget max_dictionary_size=%s binds (n = %d); "
-                "the dictionary samples the leverage scores of the ridge %.3g instead "
-                "of the noise variance %.3g.",
-                self._dictionary_cap(),
-                self.num_training_points,
-                ridge,
-                float(self.likelihood.noise.mean()),
-            )
-
-    def resample_dictionary(self, generator: torch.Generator | None = None) -> Tensor:
-        r"""Redraw the dictionary from all training points, in place (BKB Alg. 1).
-
-        Each point is kept with probability ``min(1, q_bar sigma~^2(x_i))`` computed
-        with the current dictionary and hyperparameters, within the budget
-        (:meth:`_draw_indices`). The model is changed only after the draw
-        succeeded.
-
-        Args:
-            generator: Optional generator (default: derived from ``seed``).
-
-        Returns:
-            The new dictionary indices.
-        """
-        ridge = self._resampling_ridge(self.sketch_ridge)
-        rls = self.leverage_scores(ridge)
-        idx = self._draw_indices(rls, self._next_generator(generator), ridge)
-        self.dictionary_indices = idx
-        return idx
 
     def condition_and_resample(
         self,
@@ -921,9 +708,8 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
 
         Returns a new model with ``(X, Y)`` appended, whose dictionary is redrawn
         from *all* points with the stale variances ``sigma~_t^2`` (old data, old
-        dictionary), as BKB does (COLT 2019, Sec. 3.1: reusing the variances already
-        computed for the acquisition), within the budget. No refit of the
-        hyperparameters.
+        dictionary), as BKB does (COLT 2019, Sec. 3.1), within the budget. No
+        refit of the hyperparameters.
 
         Args:
             X: ``n' x d`` (or ``batch_shape x n' x d``) new inputs.
@@ -945,64 +731,10 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             added = self._rls_at(new._train_X[..., n_old:, :], ridge)
         stale = torch.cat([old_rls.expand(*added.shape[:-1], n_old), added], dim=-1)
         new.dictionary_indices = new._draw_indices(
-            stale, new._next_generator(generator), ridge
+            stale, new.next_generator(generator), ridge
         )
-        new._num_draws = max(new._num_draws, self._num_draws)
+        new.num_draws = max(new.num_draws, self.num_draws)
         return new
-
-    def _rls_at(self, X: Tensor, ridge: float | None = None) -> Tensor:
-        """DTC variance over the ridge at transformed inputs (aug batch layout).
-
-        ``ridge = None``: the model's noise (a fixed-noise likelihood's training
-        noise at the training points, its mean elsewhere).
-        """
-        if ridge is None:
-            cache = self._posterior_cache()
-            S, W, factor = cache["S"], cache["W"], cache["factor"]
-            Z = self._embed(X, S, W)
-            noise = self.likelihood.noise
-            if isinstance(self.likelihood, FixedNoiseGaussianLikelihood):
-                same = X.shape == self._train_X.shape and torch.equal(X, self._train_X)
-                noise = noise if same else noise.mean(-1, keepdim=True)
-        else:
-            # Only the embedding is shared with the posterior (kept in a memo for
-            # it, see _posterior_cache): the factor is the ridge's.
-            S, W, Z_train = self._train_embedding()
-            Z = Z_train if X is self._train_X else self._embed(X, S, W)
-            noise = torch.full_like(self._noise(), ridge)
-            factor = linalg.dtc_factor(Z_train, torch.zeros_like(noise), noise)
-            noise = noise[..., :1]
-        var = linalg.dtc_variance(factor, Z, self.covar_module(X, diag=True))
-        return linalg.rls_units(var, noise)
-
-    def _bless_indices(self) -> Tensor:
-        r"""BLESS at the current hyperparameters, within the budget.
-
-        :func:`~botorch_sketch.models.nystrom_dictionary.draw_bless`.
-        """
-        draw = draw_bless(
-            self._train_X,
-            self.covar_module,
-            self.likelihood.noise,
-            self.q_bar,
-            self._dictionary_cap(),
-            lambda: self._next_generator(None),
-        )
-        self._record_ridge(draw.ridge, draw.capped)
-        return draw.indices
-
-    def _dictionary_cap(self) -> int | None:
-        """``max_dictionary_size`` combined with the ``memory_budget_gb`` cap."""
-        return dictionary_cap(
-            self.max_dictionary_size,
-            getattr(self, "memory_budget_gb", None),
-            self.num_training_points,
-            self._train_X.element_size(),
-        )
-
-    # ----------------------------------------------------------------------------
-    # Posterior
-    # ----------------------------------------------------------------------------
 
     def posterior(
         self,
@@ -1022,7 +754,8 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             posterior_transform: Optional posterior transform.
 
         Returns:
-            A ``GPyTorchPosterior`` with the joint DTC covariance, in float64.
+            A ``GPyTorchPosterior`` with the joint DTC covariance, computed in
+            :attr:`compute_dtype` and returned in :attr:`data_dtype`.
         """
         check_finite(X, "X")
         if X.dim() < 2 or X.shape[-1] != self._original_train_inputs.shape[-1]:
@@ -1030,6 +763,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
                 f"X must be batch_shape x q x d with d = "
                 f"{self._original_train_inputs.shape[-1]}, got {tuple(X.shape)}."
             )
+        check_batch_shape(X, self._input_batch_shape)
         if output_indices is not None and len(output_indices) == 1 < self.num_outputs:
             # BoTorch's batched multi-output posterior cannot build a one-task
             # MultitaskMultivariateNormal; a single output is a single-output model.
@@ -1038,16 +772,17 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
                 observation_noise=observation_noise,
                 posterior_transform=posterior_transform,
             )
-        return super().posterior(
+        if torch.is_tensor(observation_noise):
+            observation_noise = observation_noise.to(self._compute_dtype)
+        posterior = super().posterior(
             X.to(self._compute_dtype),
             output_indices=output_indices,
             observation_noise=observation_noise,
-            posterior_transform=posterior_transform,
         )
-
-    # ----------------------------------------------------------------------------
-    # Conditioning and fantasies
-    # ----------------------------------------------------------------------------
+        posterior = cast_posterior(posterior, self.data_dtype)
+        if posterior_transform is not None:
+            return posterior_transform(posterior)
+        return posterior
 
     def condition_on_observations(
         self, X: Tensor, Y: Tensor, noise: Tensor | None = None, **kwargs: Any
@@ -1070,7 +805,12 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         validate_new_observations(
             X, Y, noise, d=self._original_train_inputs.shape[-1], m=self.num_outputs
         )
-        return super().condition_on_observations(X, Y, noise=noise, **kwargs)
+        check_batch_shape(X, self._input_batch_shape)
+        dtype = self._compute_dtype
+        noise = None if noise is None else noise.to(dtype)
+        return super().condition_on_observations(
+            X.to(dtype), Y.to(dtype), noise=noise, **kwargs
+        )
 
     def get_fantasy_model(
         self,
@@ -1139,16 +879,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
         """
         if len(self._input_batch_shape) > 0:
             raise UnsupportedError("sample_latent supports unbatched models only.")
-        check_finite(X, "X")
-        if X.dim() != 2 or X.shape[-1] != self._original_train_inputs.shape[-1]:
-            raise ValueError(
-                f"X must be A x d with d = {self._original_train_inputs.shape[-1]}, "
-                f"got {tuple(X.shape)}."
-            )
-        if not (isinstance(num_samples, int) and num_samples > 0):
-            raise ValueError(
-                f"num_samples must be a positive int, got {num_samples!r}."
-            )
+        validate_candidates(X, self.input_dim, num_samples)
         self.eval()
         cache = self._posterior_cache()
         with torch.no_grad():
@@ -1165,7 +896,7 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
             )
             if hasattr(self, "outcome_transform"):
                 samples, _ = self.outcome_transform.untransform(samples)
-        return samples
+        return samples.to(self.data_dtype)
 
     def load_state_dict(
         self,
@@ -1176,17 +907,27 @@ class NystromGP(ModelOptionsMixin, BatchedMultiOutputGPyTorchModel, GP, Fantasiz
     ) -> Any:
         r"""Load hyperparameters and the dictionary; the training data stay.
 
-        Plain ``torch.nn.Module`` semantics: the data are stored (transformed) in
-        non-persistent buffers, so nothing needs re-transforming. The dictionary
-        travels as extra state (:meth:`get_extra_state`), so a model built on the
-        same data predicts exactly like the one the state came from. A state
-        without it (e.g. saved by an older version) keeps the current dictionary.
+        As ``SingleTaskGP``'s: with ``keep_transforms=True`` and an outcome
+        transform whose statistics the state changes (a model built on new data
+        loading an old model's state), the stored targets (and fixed noises) are
+        untransformed with the current statistics and re-transformed with the
+        loaded ones, so predictions stay in the data's units. The dictionary
+        travels as extra state (:meth:`get_extra_state`); a state without it
+        keeps the current dictionary.
         """
         self._cache = None
         state_dict = with_extra_state(self, state_dict)
-        return torch.nn.Module.load_state_dict(
+        if not (keep_transforms and _changes_transform(self, state_dict)):
+            return torch.nn.Module.load_state_dict(
+                self, state_dict, strict=strict, assign=assign
+            )
+        with torch.no_grad():
+            Y, Yvar = self.outcome_transform.untransform(*_targets_and_noise(self))
+        out = torch.nn.Module.load_state_dict(
             self, state_dict, strict=strict, assign=assign
         )
+        _set_targets_and_noise(self, Y, Yvar)
+        return out
 
     def get_extra_state(self) -> Tensor:
         r"""The dictionary, as its transformed training inputs.

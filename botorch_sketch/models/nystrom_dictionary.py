@@ -1,6 +1,6 @@
-r"""The dictionary policy of :class:`~botorch_sketch.models.nystrom.NystromGP`.
+r"""Pure functions of the dictionary policy (:mod:`~.dictionary_policy`).
 
-Small pure functions; the model calls them with its data, kernel and noise.
+The policy calls them with the model's data, kernel and noise.
 
 * Which rows: BKB's posterior-variance sampling keeps row ``i`` with probability
   ``p_i = min(1, s q_bar c_i sigma~^2(x_i))`` (COLT 2019, Sec. 3.1; ``c_i`` counts
@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 from gpytorch.module import Module
 from torch import Tensor
 
 from botorch_sketch import linalg
-
-if TYPE_CHECKING:
-    from botorch_sketch.models.nystrom_fit import SketchState
+from botorch_sketch.models.sketch_state import SketchState
 
 #: Rows per seeded block of :func:`row_uniforms`.
 ROW_UNIFORM_BLOCK = 1024
@@ -45,15 +43,19 @@ class SketchDraw(NamedTuple):
 
     Attributes:
         indices: Sorted training indices of the dictionary.
-        ridge: The ridge (the noise, or larger where the budget bound).
+        ridge: The ridge (the noise, or larger where the budget bound; ``None``
+            for every point).
         capped: Whether the budget bound.
         fallback: Whether the draw was empty and kept the most uncertain row.
+        residual: The mean Nyström residual over the noise
+            (:func:`mean_nystrom_residual`) where the policy measured it.
     """
 
     indices: Tensor
-    ridge: float
+    ridge: float | None
     capped: bool
     fallback: bool = False
+    residual: float | None = None
 
 
 def dictionary_cap(
@@ -304,3 +306,32 @@ def locate_rows(rows: Tensor, queries: Tensor) -> Tensor:
     ).scatter_reduce(0, inverse[:n], torch.arange(n, device=rows.device), reduce="amin")
     hits = first[inverse[n:]]
     return hits[hits < n]
+
+
+def mean_nystrom_residual(
+    X: Tensor, dictionary: Tensor, covar_module: Module, noise: Tensor
+) -> float:
+    r"""``mean_i (k(x_i, x_i) - Q(x_i, x_i)) / noise``, the worst batch member.
+
+    ``Q = K_XS K_S^+ K_SX`` is the Nyström approximation of the kernel; its
+    residual at a point is the prior variance the dictionary does not explain,
+    which the DTC posterior keeps as is. Over the noise variance it says how
+    much of the data's signal the sketch misses: near 0 the DTC posterior is
+    the exact GP's.
+
+    Args:
+        X: ``batch_shape x (m) x k x d`` transformed inputs (the data, or a
+            subsample of them).
+        dictionary: ``batch_shape x (m) x |S| x d`` dictionary inputs.
+        covar_module: The kernel.
+        noise: Noise variances (their mean per batch member is used).
+
+    Returns:
+        The largest mean residual over the batch members, a float.
+    """
+    with torch.no_grad():
+        W = linalg.nystrom_embedding_map(covar_module(dictionary).to_dense())
+        Z = covar_module(X, dictionary).to_dense() @ W
+        resid = linalg.embedding_residual(covar_module(X, diag=True), Z)
+        ratio = resid.mean(-1) / noise.mean(-1).expand(resid.shape[:-1])
+        return float(ratio.max())

@@ -1,22 +1,21 @@
 r"""Fitting a :class:`~botorch_sketch.models.NystromGP`: hyperparameters, then sketch.
 
-``fit_gpytorch_mll`` calls :meth:`NystromGP.custom_fit`, which runs
-:func:`fit_nystrom_gp`:
+``fit_gpytorch_mll`` calls :meth:`~botorch_sketch.models.NystromGP.custom_fit`,
+which runs :func:`fit_nystrom_gp` (options: :class:`~botorch_sketch.models.
+fit_options.NystromFitOptions`; the model is read through :class:`FittableSketch`):
 
 1. **Hyperparameters** at a cost that does not grow with ``n``. By default
    (``objective="exact"``) they maximise the exact GP marginal likelihood on a
    seeded uniform subsample of at most ``fit_subset_size`` points (``O(s^3)`` per
-   evaluation, ``s <= fit_subset_size``). The alternatives were measured in issue 15
-   (noisy Hartmann6, ``n = 2,000``): the Titsias bound (VFE) on a sketch
-   whose size is capped overestimates the noise (about threefold on a low-noise
-   Hartmann6), because its trace term charges the whole Nyström residual to the
-   noise; the exact likelihood of a subsample estimates lengthscales and noise
-   without that bias. ``objective="vfe"`` / ``"dtc"`` keep the sketch objectives
-   (``O(s m^2)``, with ``dictionary_refits`` redraws).
+   evaluation, ``s <= fit_subset_size``). The Titsias bound (VFE) of a sketch
+   whose size is capped charges the whole Nyström residual to the noise and so
+   overestimates it; the exact likelihood of a subsample has no such bias.
+   ``objective="vfe"`` / ``"dtc"`` keep the sketch objectives (``O(s m^2)``, with
+   ``dictionary_refits`` redraws).
 2. **Sketch** at the fitted hyperparameters: BLESS on all ``n`` points within the
    budget ``max_dictionary_size`` (:func:`~botorch_sketch.linalg.bless`), or, with
    a warm start, BKB's posterior-variance resampling of the previous dictionary
-   (:meth:`NystromGP.resample_dictionary`).
+   (:meth:`~botorch_sketch.models.NystromGP.resample_dictionary`).
 
 **State kept between calls.** A model built with ``warm_start=previous.sketch_state()``
 (a :class:`SketchState`: hyperparameters, dictionary, fit bookkeeping) starts from
@@ -34,193 +33,157 @@ near-constant cost per call.
 
 from __future__ import annotations
 
-import base64
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
-import numpy as np
 import torch
 from botorch.exceptions.errors import ModelFittingError
 from botorch.fit import _fit_fallback
-from gpytorch.likelihoods import FixedNoiseGaussianLikelihood
-from gpytorch.mlls import MarginalLogLikelihood
+from gpytorch.likelihoods import Likelihood
+from gpytorch.mlls import ExactMarginalLogLikelihood, MarginalLogLikelihood
 from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
-from botorch_sketch.models.extra_state import EXTRA_STATE_KEY
-
-if TYPE_CHECKING:
-    from botorch_sketch.models.nystrom import NystromGP
+from botorch_sketch import linalg
+from botorch_sketch.models.fit_options import NystromFitOptions
+from botorch_sketch.models.sketch_state import SketchState, hyperparameter_state
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "FittableSketch",
     "RefitDecision",
     "SketchState",
+    "custom_loss",
+    "exact_loss",
     "fit_nystrom_gp",
     "hyperparameter_state",
     "refit_due",
 ]
 
-#: State-dict prefixes that are not hyperparameters: transforms are refitted to
-#: the current data by the new model itself.
-_NOT_HYPERPARAMETERS = ("outcome_transform.", "input_transform.", EXTRA_STATE_KEY)
 
+class FittableSketch(Protocol):
+    r"""What the fit reads from and does to a model (public names only)."""
 
-@dataclass(frozen=True)
-class SketchState:
-    r"""What a :class:`NystromGP` carries to the next model of a loop.
-
-    The dictionary is recorded twice: as row indices into the training data of
-    the model that produced the state (with a checksum of those rows), which is
-    compact and survives when the next model's data extend this one's (BoTorch
-    and Ax loops append observations), and, in memory, as the transformed inputs
-    themselves, which the next model locates among its own even if the data were
-    reordered.
-
-    Attributes:
-        hyperparameters: Kernel, mean and likelihood state (no transforms, no
-            per-point fixed noise), as in ``state_dict()``.
-        dictionary_rows: ``|S|`` training-row indices of the dictionary.
-        rows_checksum: Sum of the transformed training inputs at those rows.
-        num_fit_points: Number of training points when the hyperparameters were
-            last fitted.
-        fit_loss: Per-point negative exact log marginal likelihood of the fit
-            subsample at that fit (``nan`` if unknown, e.g. a VFE fit).
-        num_draws: Random draws made so far (seeds of the next draws).
-        sketch_ridge: The ridge the dictionary samples where the budget bound
-            (``nan`` otherwise); the next resampling scores at it.
-        drift_refits: Consecutive calls, up to this one, that refitted because
-            the likelihood drifted (:func:`_scheduled_refit` tries a cold start
-            from the second).
-        dictionary_inputs: Optional ``batch_shape x (m) x |S| x d`` transformed
-            inputs of the dictionary (not in the compact JSON form).
-    """
-
-    hyperparameters: Mapping[str, Tensor]
-    dictionary_rows: Tensor
-    rows_checksum: float
-    num_fit_points: int
-    fit_loss: float
+    likelihood: Likelihood
+    fit_options: NystromFitOptions
+    warm_start: SketchState | None
     num_draws: int
-    sketch_ridge: float = math.nan
-    drift_refits: int = 0
-    dictionary_inputs: Tensor | None = None
+    fit_record: tuple[int, float, int] | None
+    dictionary_indices: Tensor
 
-    def to_dict(self, compact: bool = True) -> dict[str, Any]:
-        r"""A JSON-ready form (lists, numbers and strings), e.g. for Ax.
+    @property
+    def num_training_points(self) -> int:
+        """The model's ``num_training_points``."""
 
-        Args:
-            compact: Store the dictionary as a base64 bit mask over the producing
-                model's rows (about ``n / 6`` characters) and leave out its
-                inputs.
-        """
-        rows = self.dictionary_rows.cpu()
-        out: dict[str, Any] = {
-            "hyperparameters": {
-                k: {"shape": list(v.shape), "values": v.reshape(-1).tolist()}
-                for k, v in self.hyperparameters.items()
-            },
-            "dictionary_rows": _rows_to_mask(rows) if compact else rows.tolist(),
-            "rows_checksum": float(self.rows_checksum),
-            "num_fit_points": int(self.num_fit_points),
-            "fit_loss": float(self.fit_loss),
-            "num_draws": int(self.num_draws),
-            "sketch_ridge": float(self.sketch_ridge),
-            "drift_refits": int(self.drift_refits),
-        }
-        if not compact and self.dictionary_inputs is not None:
-            out["dictionary_inputs"] = _tensor_to_dict(self.dictionary_inputs)
-        return out
+    @property
+    def uses_sketch(self) -> bool:
+        """The model's ``uses_sketch``."""
 
-    @classmethod
-    def from_dict(
-        cls, state: Mapping[str, Any] | SketchState, dtype: torch.dtype = torch.float64
-    ) -> SketchState:
-        r"""Inverse of :meth:`to_dict` (also accepts a :class:`SketchState`)."""
-        if isinstance(state, SketchState):
-            return state
-        if not isinstance(state, Mapping):
-            raise ValueError(
-                "warm_start must be a SketchState or its to_dict(), got "
-                f"{type(state).__name__}."
-            )
-        missing = {
-            "hyperparameters",
-            "dictionary_rows",
-            "rows_checksum",
-            "num_fit_points",
-            "fit_loss",
-            "num_draws",
-        } - set(state)
-        if missing:
-            raise ValueError(f"warm_start lacks {sorted(missing)}.")
-        rows = state["dictionary_rows"]
-        rows = _mask_to_rows(rows) if isinstance(rows, str) else torch.tensor(rows)
-        inputs = state.get("dictionary_inputs")
-        return cls(
-            hyperparameters={
-                k: _tensor_from_dict(v, dtype)
-                for k, v in state["hyperparameters"].items()
-            },
-            dictionary_rows=rows.long(),
-            rows_checksum=float(state["rows_checksum"]),
-            num_fit_points=int(state["num_fit_points"]),
-            fit_loss=float(state["fit_loss"]),
-            num_draws=int(state["num_draws"]),
-            sketch_ridge=float(state.get("sketch_ridge", math.nan)),
-            drift_refits=int(state.get("drift_refits", 0)),
-            dictionary_inputs=None
-            if inputs is None
-            else _tensor_from_dict(inputs, dtype),
-        )
+    @property
+    def compute_inputs(self) -> Tensor:
+        """The model's ``compute_inputs``."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The model's ``state_dict``."""
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True) -> Any:
+        """The model's ``load_state_dict``."""
+
+    @property
+    def compute_targets(self) -> Tensor:
+        """The model's transformed targets in its compute dtype."""
+
+    @property
+    def inducing_points(self) -> Tensor:
+        """The model's dictionary points (transformed inputs)."""
+
+    @property
+    def covar_module(self) -> Any:
+        """The model's kernel."""
+
+    @property
+    def mean_module(self) -> Any:
+        """The model's prior mean."""
+
+    def training_noise(self) -> Tensor:
+        """The model's noise variances at its training points."""
+
+    def named_priors(self) -> Any:
+        """The model's priors (gpytorch)."""
+
+    def exact_loss(self) -> Tensor:
+        """The model's ``exact_loss``."""
+
+    def compute_custom_loss(self, mll: MarginalLogLikelihood) -> Tensor:
+        """The model's ``compute_custom_loss``."""
+
+    def initial_dictionary(self) -> Tensor:
+        """The model's ``initial_dictionary``."""
+
+    def draw_fresh_dictionary(self) -> Tensor:
+        """The model's ``draw_fresh_dictionary``."""
+
+    def row_uniforms(self, stream: int = 0) -> Tensor:
+        """The model's ``row_uniforms``."""
+
+    def data_subset(self, idx: Tensor) -> FittableSketch:
+        """The model's ``data_subset``."""
 
 
-def _tensor_to_dict(t: Tensor) -> dict[str, Any]:
-    return {"shape": list(t.shape), "values": t.detach().cpu().reshape(-1).tolist()}
+def exact_loss(model: FittableSketch) -> Tensor:
+    r"""Negative exact log marginal likelihood per point, ``batch_shape x (m)``.
 
-
-def _tensor_from_dict(entry: Any, dtype: torch.dtype) -> Tensor:
-    if torch.is_tensor(entry):
-        return entry
-    return torch.tensor(entry["values"], dtype=dtype).reshape(entry["shape"])
-
-
-def _rows_to_mask(rows: Tensor) -> str:
-    n = int(rows.max()) + 1 if rows.numel() else 0
-    mask = np.zeros(n, dtype=bool)
-    mask[rows.numpy()] = True
-    return f"{n}:" + base64.b64encode(np.packbits(mask).tobytes()).decode("ascii")
-
-
-def _mask_to_rows(text: str) -> Tensor:
-    try:
-        n_text, payload = text.split(":", 1)
-        bits = np.unpackbits(np.frombuffer(base64.b64decode(payload), dtype=np.uint8))
-    except ValueError as err:
-        raise ValueError(
-            f"warm_start dictionary_rows is not a row mask: {err}"
-        ) from err
-    return torch.from_numpy(np.flatnonzero(bits[: int(n_text)]).astype(np.int64))
-
-
-def hyperparameter_state(model: NystromGP) -> dict[str, Tensor]:
-    r"""The model's ``state_dict`` restricted to its hyperparameters.
-
-    Drops the transforms (they belong to the data), the dictionary (extra state)
-    and the per-point noise of a fixed-noise likelihood.
+    ``-log N(y | m(X), K + N) / n`` on the model's training data, ``O(n^3)``.
+    Priors are not included.
     """
-    state = {
-        k: v.detach().clone()
-        for k, v in model.state_dict().items()
-        if not k.startswith(_NOT_HYPERPARAMETERS)
-    }
-    if isinstance(model.likelihood, FixedNoiseGaussianLikelihood):
-        state = {k: v for k, v in state.items() if not k.startswith("likelihood.")}
-    return state
+    X = model.compute_inputs
+    K = model.covar_module(X).to_dense()
+    r = model.compute_targets - model.mean_module(X)
+    try:
+        ll = linalg.exact_log_marginal_likelihood(K, r, model.training_noise())
+    except torch.linalg.LinAlgError as err:
+        # A line-search step into a degenerate region: BoTorch's fit loop
+        # retries on NotPSDError.
+        raise NotPSDError(f"NystromGP loss: {err}") from err
+    return -ll / r.shape[-1]
+
+
+def custom_loss(model: FittableSketch) -> Tensor:
+    r"""The hyperparameter objective, negated, plus log priors, over ``n``.
+
+    ``objective="exact"``: :func:`exact_loss`. ``"vfe"`` / ``"dtc"``: Titsias'
+    collapsed bound or the DTC likelihood of the sketch, with the Cholesky form
+    of the Nyström features (:func:`~botorch_sketch.linalg.cholesky_features`,
+    stable gradients), ``O(n m^2)`` time, ``O(n m)`` memory. Normalised like
+    ``ExactMarginalLogLikelihood`` (divided by ``n``) and, like it, one value per
+    member of the output-augmented batch (``batch_shape x (m)``).
+    """
+    Y = model.compute_targets
+    n = Y.shape[-1]
+    objective = model.fit_options.objective
+    if objective == "exact":
+        loss = model.exact_loss()
+    else:
+        X, S = model.compute_inputs, model.inducing_points
+        kernel = model.covar_module
+        kdiag = kernel(X, diag=True) if objective == "vfe" else None
+        try:
+            Z = linalg.cholesky_features(kernel(X, S).to_dense(), kernel(S).to_dense())
+            ll = linalg.dtc_log_marginal_likelihood(
+                Z, Y - model.mean_module(X), model.training_noise(), kdiag=kdiag
+            )
+        except torch.linalg.LinAlgError as err:
+            raise NotPSDError(f"NystromGP loss: {err}") from err
+        loss = -ll / n
+    # Priors per batch member, reduced over their trailing (event) dimensions
+    # as ``ExactMarginalLogLikelihood`` does.
+    for _, module, prior, closure, _ in model.named_priors():
+        term = prior.log_prob(closure(module))
+        loss = loss - term.reshape(*term.shape[: loss.dim()], -1).sum(-1) / n
+    return loss
 
 
 class RefitDecision(NamedTuple):
@@ -236,7 +199,7 @@ class RefitDecision(NamedTuple):
         return self.cause is not None
 
 
-def refit_due(model: NystromGP, state: SketchState) -> RefitDecision:
+def refit_due(model: FittableSketch, state: SketchState) -> RefitDecision:
     r"""Whether the warm-started hyperparameters must be refitted, and why.
 
     Due when ``n >= (1 + refit_growth) num_fit_points`` (cause ``"growth"``), or
@@ -246,20 +209,20 @@ def refit_due(model: NystromGP, state: SketchState) -> RefitDecision:
     ``O(s^3)`` loss evaluation.
     """
     n = model.num_training_points
-    if n >= (1.0 + model.refit_growth) * max(state.num_fit_points, 1):
+    if n >= (1.0 + model.fit_options.refit_growth) * max(state.num_fit_points, 1):
         return RefitDecision(
             "growth", f"data grew from {state.num_fit_points} to {n} points"
         )
-    if model.objective == "exact" and math.isfinite(state.fit_loss):
+    if model.fit_options.objective == "exact" and math.isfinite(state.fit_loss):
         loss = subsample_loss(model)
-        if loss > state.fit_loss + model.refit_tolerance:
+        if loss > state.fit_loss + model.fit_options.refit_tolerance:
             return RefitDecision(
                 "drift", f"likelihood drifted ({state.fit_loss:.4f} -> {loss:.4f})"
             )
     return RefitDecision(None, "warm hyperparameters kept")
 
 
-def subsample_loss(model: NystromGP) -> float:
+def subsample_loss(model: FittableSketch) -> float:
     r"""Per-point negative exact log marginal likelihood on the fit subsample."""
     sub = _fit_subsample(model)
     with torch.no_grad():
@@ -267,7 +230,7 @@ def subsample_loss(model: NystromGP) -> float:
 
 
 def fit_nystrom_gp(
-    model: NystromGP, mll: MarginalLogLikelihood, fit_kwargs: dict[str, Any]
+    model: FittableSketch, mll: MarginalLogLikelihood, fit_kwargs: dict[str, Any]
 ) -> MarginalLogLikelihood:
     r"""Fit ``model`` in place: hyperparameters, then the sketch (module docstring).
 
@@ -291,9 +254,9 @@ def fit_nystrom_gp(
         else:
             initial = hyperparameter_state(model)
             model.load_state_dict(warm.hyperparameters, strict=False)
-            model._num_draws = max(model._num_draws, warm.num_draws)
+            model.num_draws = max(model.num_draws, warm.num_draws)
             decision = refit_due(model, warm)
-            logger.info("NystromGP warm start: %s.", decision.message)
+            logger.info("FittableSketch warm start: %s.", decision.message)
             if decision.due:
                 if decision.cause == "drift":
                     drift_refits = warm.drift_refits + 1
@@ -304,17 +267,17 @@ def fit_nystrom_gp(
             else:
                 loss, num_fit_points = warm.fit_loss, warm.num_fit_points
         with torch.no_grad():
-            model.dictionary_indices = model._initial_dictionary()
+            model.dictionary_indices = model.initial_dictionary()
     except Exception:
         model.load_state_dict(saved)
         raise
-    model._fit_record = (num_fit_points, loss, drift_refits)
+    model.fit_record = (num_fit_points, loss, drift_refits)
     mll.eval()
     return mll
 
 
 def _scheduled_refit(
-    model: NystromGP,
+    model: FittableSketch,
     fit_kwargs: dict[str, Any],
     initial: Mapping[str, Tensor],
     cold_restart: bool,
@@ -322,31 +285,26 @@ def _scheduled_refit(
     r"""A scheduled refit from the warm values; on repeated drift, also cold.
 
     Both fits are bounded to ``refit_max_iterations`` L-BFGS-B iterations. A warm
-    start can lock in: measured on a 5,000-trial Ax run (noisy Hartmann6, issue 15;
-    ``benchmarks/results/bbkb_exploration.md``, section 5), warm-started refits held
-    three RBF lengthscales at BoTorch's lower bound with a per-point loss of -0.40
-    on the fit subsample, where a fit from the default values on the same data
-    reached -1.31; the likelihood then drifted at every call, so every call
-    refitted. A drift-triggered refit that follows another one
-    (``cold_restart``) therefore also fits from the model's values before the
-    warm start (its construction values: the cold start of a fit without
-    ``warm_start``) and keeps whichever reaches the lower objective
-    (:meth:`NystromGP.compute_custom_loss`, priors included) on the fit
-    subsample. Not at every drift: tried at every drift on the same run, the
-    cold start won 3 of 14 times, by at most 0.012 nats per point, at twice the
-    refit's cost (section 6 there). Returns the kept fit's per-point loss
-    (priors excluded).
+    chain of refits can lock into a poor basin (lengthscales held at a bound, the
+    likelihood then drifting at every call). A drift-triggered refit that follows
+    another one (``cold_restart``) therefore also fits from the model's values
+    before the warm start (its construction values) and keeps whichever reaches
+    the lower objective (:meth:`~botorch_sketch.models.NystromGP.
+    compute_custom_loss`, priors included) on the fit subsample; not at every
+    drift, where the cold start rarely wins and doubles the cost. Returns the
+    kept fit's per-point loss (priors excluded).
     """
-    loss = _fit_hyperparameters(model, fit_kwargs, model.refit_max_iterations)
+    max_iterations = model.fit_options.refit_max_iterations
+    loss = _fit_hyperparameters(model, fit_kwargs, max_iterations)
     if not cold_restart:
         return loss
     warm_fit, warm_objective = hyperparameter_state(model), _objective(model)
     model.load_state_dict(initial, strict=False)
-    cold_loss = _fit_hyperparameters(model, fit_kwargs, model.refit_max_iterations)
+    cold_loss = _fit_hyperparameters(model, fit_kwargs, max_iterations)
     cold_objective = _objective(model)
     if cold_objective < warm_objective:
         logger.info(
-            "NystromGP refit: the cold start wins (objective %.4f vs %.4f warm).",
+            "FittableSketch refit: the cold start wins (objective %.4f vs %.4f warm).",
             cold_objective,
             warm_objective,
         )
@@ -355,7 +313,7 @@ def _scheduled_refit(
     return loss
 
 
-def _objective(model: NystromGP) -> float:
+def _objective(model: FittableSketch) -> float:
     r"""The fit objective on the fit subsample (``inf`` where it is not defined)."""
     sub = _fit_subsample(model)
     try:
@@ -367,7 +325,7 @@ def _objective(model: NystromGP) -> float:
 
 
 def _fit_hyperparameters(
-    model: NystromGP, fit_kwargs: dict[str, Any], max_iterations: int | None
+    model: FittableSketch, fit_kwargs: dict[str, Any], max_iterations: int | None
 ) -> float:
     r"""Fit the hyperparameters on the fit subsample; return its per-point loss.
 
@@ -383,43 +341,43 @@ def _fit_hyperparameters(
         kwargs["max_attempts"] = 1
     sub_mll = _sub_mll(sub)
     try:
-        for round_ in range(1 + (model.dictionary_refits if sub.uses_sketch else 0)):
+        refits = model.fit_options.dictionary_refits if sub.uses_sketch else 0
+        for round_ in range(1 + refits):
             if round_ > 0:
                 with torch.no_grad():
-                    sub.dictionary_indices = sub._bless_indices()
+                    sub.dictionary_indices = sub.draw_fresh_dictionary()
             _fit_fallback(mll=sub_mll, **kwargs)
     except ModelFittingError:
         if max_iterations is None:
             raise
-        logger.warning("NystromGP: the scheduled refit failed; warm values kept.")
+        logger.warning("FittableSketch: the scheduled refit failed; warm values kept.")
     if sub is not model:
         model.load_state_dict(hyperparameter_state(sub), strict=False)
-        model._num_draws = max(model._num_draws, sub._num_draws)
+        model.num_draws = max(model.num_draws, sub.num_draws)
     if not sub.uses_sketch:
         with torch.no_grad():
             return float(sub.exact_loss().sum())
     return math.nan
 
 
-def _sub_mll(sub: NystromGP) -> MarginalLogLikelihood:
-    from gpytorch.mlls import ExactMarginalLogLikelihood
-
+def _sub_mll(sub: FittableSketch) -> MarginalLogLikelihood:
     return ExactMarginalLogLikelihood(sub.likelihood, sub)
 
 
-def _fit_subsample(model: NystromGP) -> NystromGP:
+def _fit_subsample(model: FittableSketch) -> FittableSketch:
     r"""The model itself if ``n <= fit_subset_size``, else a seeded subsample copy.
 
     The subsample is the ``fit_subset_size`` rows with the smallest of the
-    model's fixed per-row uniform numbers (:meth:`NystromGP._row_uniforms`): a
+    model's fixed per-row uniform numbers (:meth:`~botorch_sketch.models.NystromGP.
+    row_uniforms`): a
     uniform random subset, the same for the drift check and the fit of one call
     and for a reloaded run, and one that changes only by the new rows that enter
     it as the data grow. So the drift check compares the warm hyperparameters on
     nearly the points they were fitted on, plus the new ones.
     """
     n = model.num_training_points
-    size = model.fit_subset_size
+    size = model.fit_options.fit_subset_size
     if size is None or n <= size:
         return model
-    order = torch.argsort(model._row_uniforms(stream=1), stable=True)[:size]
-    return model._data_subset(torch.sort(order).values.to(model._train_X.device))
+    order = torch.argsort(model.row_uniforms(stream=1), stable=True)[:size]
+    return model.data_subset(torch.sort(order).values.to(model.compute_inputs.device))

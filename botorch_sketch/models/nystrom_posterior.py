@@ -20,6 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from botorch.posteriors import Posterior
+from botorch.posteriors.gpytorch import GPyTorchPosterior
+from botorch.posteriors.transformed import TransformedPosterior
+from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
 from gpytorch.means import Mean
 from gpytorch.module import Module
 from linear_operator.operators import (
@@ -148,3 +152,40 @@ def same_key(a: tuple, b: tuple) -> bool:
         and len(hyper_a) == len(hyper_b)
         and all(torch.equal(x, y) for x, y in zip(hyper_a, hyper_b, strict=True))
     )
+
+
+def cast_posterior(posterior: Posterior, dtype: torch.dtype) -> Posterior:
+    r"""``posterior`` with its moments and samples in ``dtype``.
+
+    The model computes in its own dtype and returns the data's, as
+    ``SingleTaskGP`` does for float32 data. A ``GPyTorchPosterior`` gets its
+    distribution's mean and (lazy) covariance cast; a ``TransformedPosterior``
+    its base posterior and transforms' outputs. The cast is differentiable.
+    """
+    if isinstance(posterior, TransformedPosterior):
+        sample, mean, variance = (
+            posterior._sample_transform,
+            posterior._mean_transform,
+            posterior._variance_transform,
+        )
+        return TransformedPosterior(
+            cast_posterior(posterior._posterior, dtype),
+            sample_transform=lambda s: sample(s).to(dtype),
+            mean_transform=None
+            if mean is None
+            else (lambda m, v: mean(m, v).to(dtype)),
+            variance_transform=None
+            if variance is None
+            else (lambda m, v: variance(m, v).to(dtype)),
+        )
+    if not isinstance(posterior, GPyTorchPosterior):
+        return posterior
+    mvn = posterior.distribution
+    if mvn.mean.dtype == dtype:
+        return posterior
+    mean, cov = mvn.mean.to(dtype), mvn.lazy_covariance_matrix.to(dtype)
+    if isinstance(mvn, MultitaskMultivariateNormal):
+        cast = MultitaskMultivariateNormal(mean, cov, interleaved=mvn._interleaved)
+    else:
+        cast = MultivariateNormal(mean, cov)
+    return GPyTorchPosterior(cast)

@@ -9,16 +9,20 @@ later, deep inside a factorisation, with a message about something else.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 __all__ = [
+    "SEED_LIMIT",
+    "check_bool_free_int",
+    "check_batch_shape",
     "check_finite",
+    "check_nonnegative_number",
+    "check_seed",
     "optional_positive_int",
+    "validate_candidates",
     "validate_new_observations",
-    "validate_sketch_options",
     "validate_training_data",
 ]
 
@@ -101,50 +105,84 @@ def validate_new_observations(
             raise ValueError("noise must be non-negative.")
 
 
+def _reject_bool(value: object, name: str) -> None:
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got the bool {value!r}.")
+
+
 def optional_positive_int(value: int | None, name: str) -> int | None:
-    r"""``value`` if it is ``None`` or a positive int, else ``ValueError``."""
+    r"""``value`` if it is ``None`` or a positive int, else an error naming ``name``.
+
+    A bool is not an int here (``TypeError``); a non-positive or non-int value
+    gives a ``ValueError``.
+    """
+    _reject_bool(value, name)
     if value is not None and not (isinstance(value, int) and value > 0):
         raise ValueError(f"{name} must be a positive int or None, got {value!r}.")
     return value
 
 
-def validate_sketch_options(
-    *,
-    q_bar: float,
-    objective: str,
-    objectives: Sequence[str],
-    dictionary_refits: int,
-    refit_growth: float,
-    refit_tolerance: float,
-    refit_max_iterations: int | None,
-    exact_max_n: int,
-    fit_subset_size: int | None,
-    max_dictionary_size: int | None,
-    memory_budget_gb: float | None,
-) -> None:
-    r"""Check ``NystromGP``'s sketch options; ``ValueError`` names the first bad one."""
-    if not (isinstance(q_bar, int | float) and q_bar > 0 and math.isfinite(q_bar)):
-        raise ValueError(f"q_bar must be a positive finite number, got {q_bar!r}.")
-    if objective not in objectives:
-        raise ValueError(f"objective must be one of {objectives}, got {objective!r}.")
-    if not (isinstance(dictionary_refits, int) and dictionary_refits >= 0):
-        raise ValueError(
-            f"dictionary_refits must be a non-negative int, got {dictionary_refits!r}."
-        )
-    for name, value in (
-        ("refit_growth", refit_growth),
-        ("refit_tolerance", refit_tolerance),
+def check_bool_free_int(value: int, name: str, minimum: int = 0) -> int:
+    r"""``value`` if it is an int (not a bool) ``>= minimum``, else an error."""
+    _reject_bool(value, name)
+    if not (isinstance(value, int) and value >= minimum):
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}.")
+    return value
+
+
+def check_nonnegative_number(value: float, name: str) -> float:
+    r"""``value`` if it is a finite real number ``>= 0`` (not a bool), else an error."""
+    _reject_bool(value, name)
+    if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}.")
+    return value
+
+
+#: Seeds are ints in ``[0, SEED_LIMIT)``, the range NumPy's and torch's
+#: generators accept.
+SEED_LIMIT = 2**63
+
+
+def check_seed(seed: int | None, name: str = "seed") -> int | None:
+    r"""``seed`` if it is ``None`` or an int in ``[0, 2^63)``, else an error.
+
+    ``TypeError`` for a non-int (bools, floats, strings), ``ValueError`` for an
+    int out of range.
+    """
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"{name} must be an int or None, got {seed!r}.")
+    if not 0 <= seed < SEED_LIMIT:
+        raise ValueError(f"{name} must lie in [0, 2**63), got {seed!r}.")
+    return seed
+
+
+def check_batch_shape(X: Tensor, batch_shape: torch.Size) -> None:
+    r"""``RuntimeError`` (BoTorch's message) unless ``X``'s batch shape broadcasts.
+
+    ``X`` is ``batch_shape' x n x d``; ``batch_shape'`` must broadcast with the
+    model's ``batch_shape`` (it may add leading dimensions), as BoTorch's
+    ``add_output_dim`` requires.
+    """
+    if len(X.shape[:-2]) == 0 or len(batch_shape) == 0:
+        return
+    try:
+        torch.broadcast_shapes(X.shape[:-2], batch_shape)
+    except RuntimeError:
+        raise RuntimeError(
+            "The trailing batch dimensions of X must match the trailing "
+            f"batch dimensions of the training inputs. Got {X.shape=} "
+            f"and original_batch_shape={batch_shape}."
+        ) from None
+
+
+def validate_candidates(X: Tensor, d: int, num_samples: int) -> None:
+    r"""Check ``A x d`` candidates and a positive ``num_samples`` (``ValueError``)."""
+    check_finite(X, "X")
+    if X.dim() != 2 or X.shape[-1] != d:
+        raise ValueError(f"X must be A x d with d = {d}, got {tuple(X.shape)}.")
+    if isinstance(num_samples, bool) or not (
+        isinstance(num_samples, int) and num_samples > 0
     ):
-        if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}.")
-    optional_positive_int(refit_max_iterations, "refit_max_iterations")
-    if not (isinstance(exact_max_n, int) and exact_max_n >= 0):
-        raise ValueError(f"exact_max_n must be an int >= 0, got {exact_max_n!r}.")
-    optional_positive_int(fit_subset_size, "fit_subset_size")
-    optional_positive_int(max_dictionary_size, "max_dictionary_size")
-    if memory_budget_gb is not None and not (
-        isinstance(memory_budget_gb, int | float) and memory_budget_gb > 0
-    ):
-        raise ValueError(
-            f"memory_budget_gb must be a positive number, got {memory_budget_gb!r}."
-        )
+        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}.")

@@ -430,12 +430,14 @@ class TestNystromGPInputs(BotorchTestCase):
             warnings.simplefilter("ignore")
             m32 = NystromGP(X.float(), Y.float(), dictionary="all")
         m64 = NystromGP(X, Y, dictionary="all")
-        self.assertEqual(m32.train_inputs[0].dtype, torch.float64)
+        # Computed in float64, returned in the data's dtype (as SingleTaskGP).
+        self.assertEqual(m32.compute_dtype, torch.float64)
+        self.assertEqual(m32.train_inputs[0].dtype, torch.float32)
         Xt = torch.rand(4, 2)
         p32 = m32.posterior(Xt)
-        self.assertEqual(p32.mean.dtype, torch.float64)
+        self.assertEqual(p32.mean.dtype, torch.float32)
         self.assertAllClose(
-            p32.mean, m64.posterior(Xt.double()).mean, atol=1e-5, rtol=0
+            p32.mean.double(), m64.posterior(Xt.double()).mean, atol=1e-5, rtol=0
         )
 
 

@@ -1,0 +1,213 @@
+r"""The DTC posterior of a sketched GP, as a base class of its model.
+
+:class:`DTCPosteriorMixin` gives a BoTorch model whose training data live in
+``_train_X`` (``batch_shape x (m) x n x d``, transformed) and ``_train_Y``
+(``batch_shape x (m) x n``) and whose dictionary is ``inducing_points`` the DTC
+posterior (BBKB Eqs. 1-3, see :mod:`botorch_sketch.linalg`): with
+``z(x) = K_S^{+1/2} k_S(x)``, ``Z`` the embedded training inputs and
+``A = I + Z^T N^{-1} Z``,
+
+    mean(x)    = m(x) + z(x)^T A^{-1} Z^T N^{-1} (y - m(X))
+    cov(x, x') = k(x, x') - z(x)^T z(x') + z(x)^T A^{-1} z(x'),
+
+with its caches (rebuilt when data, dictionary or hyperparameters change) and the
+ridge leverage scores of the training points.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+from gpytorch.distributions import MultivariateNormal
+from gpytorch.likelihoods import FixedNoiseGaussianLikelihood
+from torch import Tensor
+
+from botorch_sketch import linalg
+from botorch_sketch.models.nystrom_posterior import dtc_covariance, same_key
+
+__all__ = ["DTCParts", "DTCPosteriorMixin"]
+
+
+class DTCParts(NamedTuple):
+    r"""Parts of a :class:`NystromGP`'s DTC posterior (:meth:`NystromGP.dtc_parts`)."""
+
+    inducing_points: Tensor
+    embedding_map: Tensor
+    factor: linalg.DTCFactor
+
+
+class DTCPosteriorMixin:
+    r"""The DTC posterior and its caches (module docstring).
+
+    List it before the BoTorch/GPyTorch bases: its ``__call__`` replaces
+    ``Module.__call__`` (prior in training mode, DTC posterior in evaluation
+    mode, as ``ExactGP.__call__``). The model sets ``_cache`` and
+    ``_embedding_memo`` to ``None`` whenever its data change.
+    """
+
+    _train_X: Tensor
+    _train_Y: Tensor
+    _cache: dict[str, Any] | None
+    _embedding_memo: tuple[Any, tuple[Tensor, Tensor, Tensor]] | None
+
+    def _noise(self) -> Tensor:
+        """``batch_shape x (m) x n`` noise variances of the training points."""
+        return self.likelihood.noise.expand(self._train_Y.shape)
+
+    def _embedding(self) -> tuple[Tensor, Tensor]:
+        """Inducing points and the map ``W`` with ``z(x) = W^T k_S(x)``."""
+        S = self.inducing_points
+        W = linalg.nystrom_embedding_map(self.covar_module(S).to_dense())
+        return S, W
+
+    def _embed(self, X: Tensor, S: Tensor, W: Tensor) -> Tensor:
+        return self.covar_module(X, S).to_dense() @ W
+
+    def _train_embedding(self) -> tuple[Tensor, Tensor, Tensor]:
+        r"""``(S, W, Z)`` of the training inputs for the current dictionary.
+
+        Remembered for the current dictionary and hyperparameters (one
+        ``O(n m r)`` product), so that the leverage scores of a warm start's draw
+        and the posterior of an unchanged dictionary share it.
+        """
+        X = self._train_X
+        data = torch.tensor([X.data_ptr(), X._version, *X.shape])
+        key = (self.dictionary_indices, (data, *self._hyperparameter_key()))
+        memo = self._embedding_memo
+        if memo is not None and same_key(memo[0], key):
+            return memo[1]
+        with torch.no_grad():
+            S, W = self._embedding()
+            Z = self._embed(self._train_X, S, W)
+        self._embedding_memo = (key, (S, W, Z))
+        return S, W, Z
+
+    def _hyperparameter_key(self) -> tuple[Tensor, ...]:
+        return tuple(p.detach().clone() for p in self.parameters())
+
+    def _posterior_cache(self) -> dict[str, Any]:
+        """Posterior caches, rebuilt when data, dictionary or hyperparameters change.
+
+        Unlike ``ExactGP``, which keeps its caches until ``train()`` is called, we
+        compare the hyperparameters on every call (a few small tensors), so setting
+        e.g. ``model.covar_module.lengthscale`` in eval mode is never served stale.
+
+        Like gpytorch's test caches they are detached from the hyperparameters,
+        but not from the training data when those carry gradients: a fantasy
+        model's data depend on the fantasy points, and qKG / qNIPV differentiate
+        through them. The embedding map of the (data-independent) dictionary is
+        always built without gradients (an eigendecomposition's are unstable).
+        """
+        current = [p.detach() for p in self.parameters()]  # compared, not copied
+        if self._cache is not None and not all(
+            torch.equal(a, b) for a, b in zip(current, self._cache["key"], strict=True)
+        ):
+            self._cache = None
+        if self._cache is None:
+            key = tuple(p.clone() for p in current)
+            X, Y = self._train_X, self._train_Y
+            data_grad = torch.is_grad_enabled() and (X.requires_grad or Y.requires_grad)
+            if data_grad:
+                with torch.no_grad():
+                    S, W = self._embedding()
+            with torch.set_grad_enabled(data_grad):
+                if not data_grad:
+                    S, W, Z = self._train_embedding()
+                else:
+                    Z = self._embed(X, S, W)
+                r = Y - self.mean_module(X)
+                factor = linalg.dtc_factor(Z, r, self._noise())
+                # The folded predictor's eigendecomposition has no stable
+                # gradient: keep the unfolded form when the data carry one.
+                predictor = (
+                    linalg.dtc_predictor(W, factor, fold=False) if data_grad else None
+                )
+            self._cache = {
+                "S": S,
+                "W": W,
+                "factor": factor,
+                "predictor": predictor,
+                "key": key,
+            }
+        return self._cache
+
+    def _predictor(self) -> linalg.DTCPredictor:
+        cache = self._posterior_cache()
+        if cache["predictor"] is None:
+            cache["predictor"] = linalg.dtc_predictor(cache["W"], cache["factor"])
+        return cache["predictor"]
+
+    def dtc_predictor(self) -> linalg.DTCPredictor:
+        r"""The posterior's :class:`~botorch_sketch.linalg.DTCPredictor`, built on
+        first use (folded unless the training data carry gradients)."""
+        return self._predictor()
+
+    def dtc_parts(self) -> DTCParts:
+        r"""The current DTC posterior's parts: dictionary points ``S``
+        (``|S| x d``, transformed space), embedding map ``W`` (``|S| x r``) and the
+        :class:`~botorch_sketch.linalg.DTCFactor` of the data.
+
+        The returned objects are rebuilt (new identities) whenever the data, the
+        dictionary or the hyperparameters change, so ``parts.factor is old.factor``
+        tells a caller that its derived caches are still valid.
+        """
+        cache = self._posterior_cache()
+        return DTCParts(cache["S"], cache["W"], cache["factor"])
+
+    def __call__(self, X: Tensor, *args: Any, **kwargs: Any) -> MultivariateNormal:
+        r"""Prior in training mode, DTC posterior of the latent function in eval mode.
+
+        This mirrors ``ExactGP.__call__``, which BoTorch's ``posterior`` relies on.
+        ``X`` is transformed and in the output-augmented batch layout.
+        """
+        if self.training:
+            return self.forward(X)
+        if X.dtype == self._compute_dtype:
+            return self._dtc_mvn(X)
+        mvn = self._dtc_mvn(X.to(self._compute_dtype))  # e.g. float32 inputs
+        return MultivariateNormal(mvn.mean.to(X), mvn.lazy_covariance_matrix.to(X))
+
+    def forward(self, X: Tensor) -> MultivariateNormal:
+        r"""The GP prior at ``X`` (``batch_shape x (m) x q x d``)."""
+        return MultivariateNormal(self.mean_module(X), self.covar_module(X))
+
+    def _dtc_mvn(self, X: Tensor) -> MultivariateNormal:
+        r"""The DTC posterior at ``X``, ``cov = K_XX - Z Z^T + U U^T``.
+
+        Lazy for ``q >= LAZY_COVARIANCE_MIN_POINTS`` points, dense below
+        (:func:`~botorch_sketch.models.nystrom_posterior.dtc_covariance`).
+        """
+        predictor = self._predictor()
+        S = self._posterior_cache()["S"]
+        offset, P, N = linalg.dtc_features(
+            predictor, self.covar_module(X, S).to_dense()
+        )
+        mean = self.mean_module(X) + offset
+        cov = dtc_covariance(self.covar_module(X), P, N)
+        return MultivariateNormal(mean.expand(cov.shape[:-1]), cov)
+
+    def _rls_at(self, X: Tensor, ridge: float | None = None) -> Tensor:
+        """DTC variance over the ridge at transformed inputs (aug batch layout).
+
+        ``ridge = None``: the model's noise (a fixed-noise likelihood's training
+        noise at the training points, its mean elsewhere).
+        """
+        if ridge is None:
+            cache = self._posterior_cache()
+            S, W, factor = cache["S"], cache["W"], cache["factor"]
+            Z = self._embed(X, S, W)
+            noise = self.likelihood.noise
+            if isinstance(self.likelihood, FixedNoiseGaussianLikelihood):
+                same = X.shape == self._train_X.shape and torch.equal(X, self._train_X)
+                noise = noise if same else noise.mean(-1, keepdim=True)
+        else:
+            # Only the embedding is shared with the posterior (kept in a memo for
+            # it, see _posterior_cache): the factor is the ridge's.
+            S, W, Z_train = self._train_embedding()
+            Z = Z_train if X is self._train_X else self._embed(X, S, W)
+            noise = torch.full_like(self._noise(), ridge)
+            factor = linalg.dtc_factor(Z_train, torch.zeros_like(noise), noise)
+            noise = noise[..., :1]
+        var = linalg.dtc_variance(factor, Z, self.covar_module(X, diag=True))
+        return linalg.rls_units(var, noise)

@@ -1,0 +1,69 @@
+r"""How a :class:`~botorch_sketch.models.NystromGP` fits its hyperparameters.
+
+One small object, :class:`NystromFitOptions`, checked when it is built; the fit
+itself is :func:`~botorch_sketch.models.nystrom_fit.fit_nystrom_gp`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from botorch_sketch.models.validation import (
+    check_bool_free_int,
+    check_nonnegative_number,
+    optional_positive_int,
+)
+
+__all__ = ["DEFAULT_FIT_SUBSET_SIZE", "OBJECTIVES", "NystromFitOptions"]
+
+#: Default size of the subsample the hyperparameters are fitted on.
+DEFAULT_FIT_SUBSET_SIZE = 1000
+
+#: Objectives of the hyperparameter fit.
+OBJECTIVES = ("exact", "vfe", "dtc")
+
+
+@dataclass(frozen=True)
+class NystromFitOptions:
+    r"""Options of the hyperparameter fit and of its warm-started schedule.
+
+    Attributes:
+        fit_subset_size: The hyperparameters are fitted on a seeded uniform
+            subsample of at most this many points (``None``: all), ``O(s^3)``
+            per evaluation.
+        objective: ``"exact"`` (the exact marginal likelihood of the subsample),
+            ``"vfe"`` (Titsias' collapsed bound of the sketch) or ``"dtc"`` (the
+            DTC likelihood), the latter two ``O(s m^2)``.
+        dictionary_refits: Dictionary redraws inside a VFE/DTC fit.
+        refit_growth: With a warm start, refit once the data grew by this
+            fraction since the last fit.
+        refit_tolerance: With a warm start, refit when the per-point negative
+            log marginal likelihood rose by more than this many nats.
+        refit_max_iterations: L-BFGS-B iterations of a scheduled refit (of each
+            of its starts; ``None``: unbounded).
+    """
+
+    fit_subset_size: int | None = DEFAULT_FIT_SUBSET_SIZE
+    objective: str = "exact"
+    dictionary_refits: int = 1
+    refit_growth: float = 0.25
+    refit_tolerance: float = 0.05
+    refit_max_iterations: int | None = 50
+
+    def __post_init__(self) -> None:
+        optional_positive_int(self.fit_subset_size, "fit_subset_size")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(
+                f"objective must be one of {OBJECTIVES}, got {self.objective!r}."
+            )
+        check_bool_free_int(self.dictionary_refits, "dictionary_refits", minimum=0)
+        check_nonnegative_number(self.refit_growth, "refit_growth")
+        check_nonnegative_number(self.refit_tolerance, "refit_tolerance")
+        optional_positive_int(self.refit_max_iterations, "refit_max_iterations")
+        object.__setattr__(self, "refit_growth", float(self.refit_growth))
+        object.__setattr__(self, "refit_tolerance", float(self.refit_tolerance))
+
+    @property
+    def uses_sketch(self) -> bool:
+        r"""Whether the objective is a sketch objective (VFE/DTC)."""
+        return self.objective != "exact"

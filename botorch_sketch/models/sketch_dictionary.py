@@ -1,0 +1,177 @@
+r"""The dictionary of a sketched GP, drawn by its policy, as a base class.
+
+:class:`SketchDictionaryMixin` holds what a model does with its dictionary
+policy (:mod:`~botorch_sketch.models.dictionary_policy`): the first draw, fresh
+draws, BKB's redraw from the ridge leverage scores (COLT 2019, Alg. 1), the
+numbered generators and fixed per-row uniforms of the seed, and the record of
+the last draw (its ridge, whether the budget bound, the Nyström residual).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from botorch_sketch.models.dictionary_policy import DictionaryPolicy
+from botorch_sketch.models.nystrom_dictionary import SketchDraw, row_uniforms
+from botorch_sketch.models.sketch_state import SketchState
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SketchDictionaryMixin"]
+
+
+class SketchDictionaryMixin:
+    r"""Dictionary draws of a sketched GP through its ``dictionary_policy``.
+
+    The model provides ``dictionary_policy``, ``seed``, ``num_draws``,
+    ``sketch_ridge``, ``dictionary_capped``, ``nystrom_residual``, the data
+    (``_train_X``), the dictionary (``dictionary_indices``) and ``_rls_at``
+    (:class:`~botorch_sketch.models.dtc_posterior.DTCPosteriorMixin`).
+    """
+
+    dictionary_policy: DictionaryPolicy
+    seed: int | None
+    num_draws: int
+    sketch_ridge: float | None
+    dictionary_capped: bool
+    nystrom_residual: float | None
+    likelihood: Any
+    _train_X: Tensor
+    _dictionary_indices: Tensor | None
+    _dictionary_spec: str
+    _compute_dtype: torch.dtype
+
+    def initial_dictionary(self) -> Tensor:
+        r"""The dictionary at the current hyperparameters (lazy draw, after a fit).
+
+        The given indices, else the policy's draw
+        (:meth:`~botorch_sketch.models.dictionary_policy.DictionaryPolicy.initial`),
+        recorded in :attr:`sketch_ridge` and :attr:`dictionary_capped`.
+        """
+        if self._dictionary_spec == "given" and self._dictionary_indices is not None:
+            return self._dictionary_indices
+        every = self._dictionary_spec == "all"
+        return self.record_draw(self.dictionary_policy.initial(self, every))
+
+    _initial_dictionary = initial_dictionary
+
+    def draw_fresh_dictionary(self) -> Tensor:
+        r"""A dictionary drawn from scratch by the policy (BLESS by default)."""
+        return self.record_draw(self.dictionary_policy.fresh(self))
+
+    def _bless_indices(self) -> Tensor:
+        return self.draw_fresh_dictionary()
+
+    def _warm_dictionary(self, state: SketchState) -> Tensor:
+        return self.dictionary_policy.warm_rows(self, state)
+
+    def record_draw(self, draw: SketchDraw) -> Tensor:
+        r"""Record a draw's ridge and whether the budget bound; its indices."""
+        self.sketch_ridge, self.dictionary_capped = draw.ridge, draw.capped
+        every = draw.ridge is None and draw.indices.numel() == self.num_training_points
+        self.nystrom_residual = 0.0 if every else draw.residual
+        if draw.capped:
+            logger.warning(
+                "NystromGP: the sketch budget max_dictionary_size=%s binds (n = %d); "
+                "the dictionary samples the leverage scores of the ridge %.3g instead "
+                "of the noise variance %.3g.",
+                self._dictionary_cap(),
+                self.num_training_points,
+                draw.ridge,
+                float(self.likelihood.noise.mean()),
+            )
+        return draw.indices
+
+    def posterior_variance_at_train(self) -> Tensor:
+        r"""DTC variances at the training points in RLS units (``var / noise``).
+
+        These are the (approximate) ridge leverage scores ``sigma~_t^2(x_i)``; their
+        sum estimates the effective dimension ``d_eff`` (BKB Eq. 5).
+
+        Returns:
+            A ``batch_shape x (m) x n`` tensor.
+        """
+        return self.leverage_scores()
+
+    def leverage_scores(self, ridge: float | None = None) -> Tensor:
+        r"""Approximate ridge leverage scores of the training points at ``ridge``.
+
+        ``tau~_i = (k_ii - ||z_i||^2) / ridge + z_i^T (Z^T Z + ridge I)^{-1} z_i``:
+        the DTC posterior variance over ``ridge`` of a model whose noise is
+        ``ridge``, with the current dictionary (BKB Sec. 3.1). ``ridge = None`` uses
+        the model's noise. When the budget binds, the dictionary is resampled at
+        its own, larger, ridge (:attr:`sketch_ridge`).
+
+        Returns:
+            A ``batch_shape x (m) x n`` tensor. ``O(n m r)``.
+        """
+        with torch.no_grad():
+            return self._rls_at(self._train_X, ridge)
+
+    def next_generator(
+        self, generator: torch.Generator | None = None
+    ) -> torch.Generator | None:
+        r"""``generator``, or the next numbered generator of the seed (or ``None``)."""
+        if generator is not None or self.seed is None:
+            return generator
+        seed = (self.seed * 1_000_003 + self.num_draws) % 2**63
+        g = torch.Generator().manual_seed(seed)
+        self.num_draws += 1
+        return g
+
+    _next_generator = next_generator
+
+    def row_uniforms(self, stream: int = 0) -> Tensor:
+        r"""One fixed uniform number per training row, for coupled draws.
+
+        :func:`~botorch_sketch.models.nystrom_dictionary.row_uniforms` at the
+        model's seed: ``stream`` 0 for dictionary draws, 1 for the fit subsample.
+        """
+        return row_uniforms(
+            self.num_training_points, self.seed, stream, self._compute_dtype
+        )
+
+    _row_uniforms = row_uniforms
+
+    def _resampling_ridge(self, ridge: float | None) -> float | None:
+        noise = float(self.likelihood.noise.mean())
+        return self.dictionary_policy.resampling_ridge(ridge, noise)
+
+    def _draw_indices(
+        self,
+        rls: Tensor,
+        generator: torch.Generator | None,
+        ridge: float | None = None,
+        uniforms: Tensor | None = None,
+    ) -> Tensor:
+        draw = self.dictionary_policy.redraw(self, rls, ridge, generator, uniforms)
+        return self.record_draw(draw)
+
+    def resample_dictionary(self, generator: torch.Generator | None = None) -> Tensor:
+        r"""Redraw the dictionary from all training points, in place (BKB Alg. 1).
+
+        The policy's redraw from the leverage scores of the current dictionary and
+        hyperparameters, within the budget. The model is changed only after the
+        draw succeeded.
+
+        Args:
+            generator: Optional generator (default: derived from ``seed``).
+
+        Returns:
+            The new dictionary indices.
+        """
+        ridge = self._resampling_ridge(self.sketch_ridge)
+        rls = self.leverage_scores(ridge)
+        idx = self._draw_indices(rls, self.next_generator(generator), ridge)
+        self.dictionary_indices = idx
+        return idx
+
+    def _dictionary_cap(self) -> int | None:
+        """The policy's budget for the current data."""
+        return self.dictionary_policy.cap(
+            self.num_training_points, self._train_X.element_size()
+        )
