@@ -113,6 +113,14 @@ class _StateKeeper:
                 self.incremental.resparsify(S, counts, sums)
             return self.incremental
         self.incremental = None  # over the memory budget: bounded-memory rebuilds
+        return self.rebuilt(S, counts, sums)
+
+    def discard_incremental(self) -> None:
+        """Forget the incremental state (the next call builds a fresh one)."""
+        self.incremental = None
+
+    def rebuilt(self, S: Tensor, counts: Tensor, sums: Tensor) -> BatchState:
+        """A state built from scratch (:func:`rebuild`), nothing kept in place."""
         if self.cache is None and self.cache_opts[0]:
             self.cache = KernelColumnCache(
                 self.arms, self.kernel, max_bytes=self.cache_opts[1]
@@ -217,6 +225,7 @@ class BBKBEngine:
         self.counts = self.arms.new_zeros(A)
         self.reward_sums = self.arms.new_zeros(A)
         self._state: BatchState | None = None
+        self._state_inputs: tuple[Tensor, Tensor, Tensor] | None = None
         self._stale = False  # rewards observed since the state was built
 
     # --------------------------------------------------------------- properties
@@ -271,6 +280,8 @@ class BBKBEngine:
         if self.started:
             raise RuntimeError("the engine was already started.")
         idx, y = self._checked(init, rewards)
+        if isinstance(init_dictionary, str) and init_dictionary not in ("all", "bless"):
+            raise ValueError(f"unknown init_dictionary {init_dictionary!r}.")
         self._record(idx, y)
         self._maybe_refit()
         uniq = torch.unique(idx)
@@ -288,7 +299,7 @@ class BBKBEngine:
                 raise ValueError(f"unknown init_dictionary {init_dictionary!r}.")
         else:
             S = torch.as_tensor(init_dictionary, dtype=torch.long)
-        self._state = self._keeper(S, self.counts, self.reward_sums)
+        self._set_state(S)
         self.schedule.initialize(self._state, idx)
 
     def next_batch(
@@ -465,8 +476,7 @@ class BBKBEngine:
         raw = base64.b64decode(checkpoint["generator"])
         self.generator.set_state(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
         self._record(idx, y)
-        S = torch.as_tensor(checkpoint["dictionary"], dtype=torch.long)
-        self._state = self._keeper(S, self.counts, self.reward_sums)
+        self._set_state(torch.as_tensor(checkpoint["dictionary"], dtype=torch.long))
         self._stale = bool(checkpoint["stale"])
 
     # ----------------------------------------------------------------- helpers
@@ -486,8 +496,13 @@ class BBKBEngine:
             raise ValueError(f"{y.numel()} rewards for {idx.numel()} arms.")
         if idx.min() < 0 or idx.max() >= A:
             raise ValueError(f"arm indices must lie in [0, {A}).")
-        if not torch.isfinite(y).all():
-            raise ValueError("rewards contain NaN or infinite values.")
+        bad = ~torch.isfinite(y)
+        if bool(bad.any()):
+            k = int(bad.nonzero()[0, 0])
+            raise ValueError(
+                f"rewards must be finite: got {float(y[k])} for arm {int(idx[k])} "
+                f"(position {k} of the batch)."
+            )
         return idx, y
 
     def _record(self, idx: Tensor, y: Tensor) -> None:
@@ -503,7 +518,45 @@ class BBKBEngine:
         return True
 
     def _resample(self) -> None:
-        r"""Alg. 1 L11-L18 (and a due refit) after the last observed batch."""
+        r"""Alg. 1 L11-L18 (and a due refit) after the last observed batch.
+
+        All or nothing: an exception (a ``KeyboardInterrupt`` included) raised
+        inside it restores the generator, the kernel (and its refit bookkeeping)
+        and the batch-start state, so the next call draws the same dictionary.
+        The incremental state, half updated in place, is then discarded and the
+        previous state rebuilt from its dictionary and pulls.
+        """
+        snapshot = self._snapshot()
+        try:
+            self._resample_unguarded()
+        except BaseException:
+            self._rollback(snapshot)
+            raise
+
+    def _snapshot(self) -> dict[str, Any]:
+        state = self.state
+        learner = self.learner
+        return {
+            "generator": self.generator.get_state(),
+            "keeper": self._keeper,
+            "state": state,
+            "inputs": self._state_inputs,
+            "learner": None if learner is None else learner.snapshot(),
+        }
+
+    def _rollback(self, snapshot: dict[str, Any]) -> None:
+        self.generator.set_state(snapshot["generator"])
+        if self.learner is not None:
+            self.learner.load_snapshot(snapshot["learner"])
+        keeper = snapshot["keeper"]
+        keeper.discard_incremental()
+        self._keeper = keeper
+        S, counts, sums = snapshot["inputs"]
+        self._state = keeper.rebuilt(S, counts, sums)
+        self._state_inputs = snapshot["inputs"]
+        logger.info("resampling interrupted: restored the batch-start state.")
+
+    def _resample_unguarded(self) -> None:
         state = self.state
         if self._maybe_refit():
             # The embedding changes with the kernel: rebuild, then resample the
@@ -519,8 +572,17 @@ class BBKBEngine:
                 "empty dictionary draw at t=%d; kept the argmax point.",
                 self.num_observations,
             )
-        self._state = self._keeper(pulled[draw.selected], self.counts, self.reward_sums)
+        self._set_state(pulled[draw.selected])
         self._stale = False
+
+    def _set_state(self, S: Tensor) -> None:
+        """The state on ``S`` and the current pulls (its inputs kept for a rollback)."""
+        self._state = self._keeper(S, self.counts, self.reward_sums)
+        self._state_inputs = (
+            self._state.S_idx.clone(),
+            self.counts.clone(),
+            self.reward_sums.clone(),
+        )
 
 
 class _NegatedMean:

@@ -43,6 +43,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import gpytorch
 import torch
@@ -179,6 +180,22 @@ class KernelLearner:
     def due(self, num_observations: int) -> bool:
         """Whether :meth:`fit` is due (:meth:`KernelLearning.due`)."""
         return self.schedule.due(num_observations, self.last_fit)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything :meth:`fit` changes, for :meth:`load_snapshot`."""
+        return {
+            "module": {k: v.clone() for k, v in self.module.state_dict().items()},
+            "misfit_variance": self.misfit_variance,
+            "last_fit": self.last_fit,
+            "num_fits": len(self.history),
+        }
+
+    def load_snapshot(self, snapshot: dict[str, Any]) -> None:
+        """Undo the fits since :meth:`snapshot` (e.g. after an interrupted refit)."""
+        self.module.load_state_dict(snapshot["module"])
+        self.misfit_variance = snapshot["misfit_variance"]
+        self.last_fit = snapshot["last_fit"]
+        del self.history[snapshot["num_fits"] :]
 
     def fit(
         self,
