@@ -19,6 +19,8 @@ GP-UCB / GP-BUCB and uniform baselines (whose loops are in
 - :mod:`~botorch_sketch.bbkb.exact`: incremental exact GP posterior;
 - :mod:`~botorch_sketch.bbkb.learning`: kernel hyperparameters refitted on a
   schedule during a run (``run_bbkb(..., learn=True)``);
+- :mod:`~botorch_sketch.bbkb.config`: the engine's options, one validated
+  dataclass shared by the engine, the loop and Ax;
 - :mod:`~botorch_sketch.bbkb.engine`: Algorithm 1 as a state machine
   (:class:`BBKBEngine`: start, next batch, observe, checkpoint), driven by the
   finite-arm loop (:func:`botorch_sketch.loops.run_bbkb`) and by the Ax generator
@@ -27,6 +29,7 @@ GP-UCB / GP-BUCB and uniform baselines (whose loops are in
   kernel, evaluated in dense blocks (and the paper's frozen Gaussian kernel).
 """
 
+from botorch_sketch.bbkb.config import BBKBConfig
 from botorch_sketch.bbkb.dense_kernel import (
     DenseKernel,
     as_dense_kernel,
@@ -68,6 +71,7 @@ from botorch_sketch.bbkb.stopping import (
 )
 
 __all__ = [
+    "BBKBConfig",
     "BBKBEngine",
     "BatchState",
     "BetaSchedule",

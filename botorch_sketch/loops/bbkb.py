@@ -35,22 +35,23 @@ import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
+from botorch_sketch.bbkb.config import BBKBConfig
 from botorch_sketch.bbkb.dense_kernel import as_dense_kernel
 from botorch_sketch.bbkb.engine import BBKBEngine, validate_arms
 from botorch_sketch.bbkb.exact import ExactPosterior
 from botorch_sketch.bbkb.learning import KernelFit, KernelLearning
 from botorch_sketch.bbkb.schedules import BetaSchedule
 from botorch_sketch.bbkb.selection import (
-    DEFAULT_POOL_SIZE,
     StepRecord,
 )
 from botorch_sketch.bbkb.state import (
-    DEFAULT_CHUNK_SIZE,
     BatchState,
 )
 from botorch_sketch.bbkb.stopping import ProductRule, StoppingRule, make_rule
 
 logger = logging.getLogger(__name__)
+
+_D = BBKBConfig  # the defaults of run_bbkb's engine options, written once there
 
 __all__ = [
     "BBKBCheckpoint",
@@ -384,36 +385,37 @@ def run_bbkb(
     T: int,
     kernel: Kernel,
     lam: float,
-    C: float = 2.0,
-    q_bar: float = 2.0,
-    rule: str | StoppingRule = "global",
-    beta: str | float | BetaSchedule = "paper",
+    C: float = _D.C,
+    q_bar: float = _D.q_bar,
+    rule: str | StoppingRule = _D.rule,
+    beta: str | float | BetaSchedule = _D.beta,
     *,
-    xi: float | None = None,
-    delta: float | None = None,
-    F: float = 1.0,
+    xi: float | None = _D.xi,
+    delta: float | None = _D.delta,
+    F: float = _D.F,
     init: Tensor | None = None,
     init_rewards: Tensor | None = None,
     init_dictionary: str | Tensor = "all",
     f_true: Tensor | None = None,
     max_batch_size: int | None = None,
     allow_repeats: bool = True,
-    lazy: bool = True,
+    lazy: bool = _D.lazy,
     generator: torch.Generator | None = None,
     seed: int | None = None,
     progress: bool = True,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    kernel_cache: bool = True,
-    dtype: torch.dtype = torch.float64,
-    pool_size: int | None = DEFAULT_POOL_SIZE,
-    kernel_cache_bytes: int = 2**30,
-    repeats: str = "union",
-    resparsify: str = "auto",
-    embedding_bytes: int = 2**31,
-    learn: bool | KernelLearning = False,
+    chunk_size: int = _D.chunk_size,
+    kernel_cache: bool = _D.kernel_cache,
+    dtype: torch.dtype = _D.dtype,
+    pool_size: int | None = _D.pool_size,
+    kernel_cache_bytes: int = _D.kernel_cache_bytes,
+    repeats: str = _D.repeats,
+    resparsify: str = _D.resparsify,
+    embedding_bytes: int = _D.embedding_bytes,
+    learn: bool | KernelLearning = _D.learn,
     resume: BanditResult | BBKBCheckpoint | None = None,
     checkpoint: Callable[[BBKBCheckpoint], None] | None = None,
     checkpoint_every: int = 1,
+    config: BBKBConfig | None = None,
 ) -> BanditResult:
     r"""Run BBKB (or BKB) on a finite arm set for ``T`` steps (Alg. 1).
 
@@ -501,6 +503,10 @@ def run_bbkb(
             :meth:`BBKBCheckpoint.to_dict`) after every ``checkpoint_every``
             observed batches.
         checkpoint_every: Batches between two checkpoints.
+        config: All engine options at once, a
+            :class:`~botorch_sketch.bbkb.config.BBKBConfig` (then the keyword
+            options ``C`` to ``learn`` above must keep their defaults, which are
+            the config's).
 
     Returns:
         A :class:`BanditResult`.
@@ -514,28 +520,29 @@ def run_bbkb(
     a CPU ``torch.Generator``, so runs are reproducible across devices up to
     rounding.
     """
-    engine_kw: dict[str, Any] = {
-        "C": C, "q_bar": q_bar, "beta": beta, "xi": xi,
-        "delta": 1.0 / (T + 1) if delta is None else delta, "F": F,
-        "learn": learn, "repeats": repeats, "resparsify": resparsify,
-        "embedding_bytes": embedding_bytes, "chunk_size": chunk_size,
-        "kernel_cache": kernel_cache, "kernel_cache_bytes": kernel_cache_bytes,
-        "pool_size": pool_size, "lazy": lazy,
+    options = {
+        "C": C, "q_bar": q_bar, "rule": rule, "beta": beta, "xi": xi,
+        "delta": delta, "F": F, "learn": learn, "repeats": repeats,
+        "resparsify": resparsify, "embedding_bytes": embedding_bytes,
+        "chunk_size": chunk_size, "kernel_cache": kernel_cache,
+        "kernel_cache_bytes": kernel_cache_bytes, "pool_size": pool_size,
+        "lazy": lazy, "dtype": dtype,
     }  # fmt: skip
+    cfg = _config(config, options)
     if resume is not None:
         run = _resumed_run(
             resume, arms, T, progress,
             lambda: _new_run(
                 arms, T, kernel, lam, f_true, None, init_dictionary, progress,
                 max_batch_size, allow_repeats, checkpoint, checkpoint_every,
-                generator, seed, dtype, rule, engine_kw,
+                generator, seed, cfg,
             ),
         )  # fmt: skip
         return _drive(run, oracle, T, None)
     run = _new_run(
         arms, T, kernel, lam, f_true, init, init_dictionary, progress,
         max_batch_size, allow_repeats, checkpoint, checkpoint_every, generator,
-        seed, dtype, rule, engine_kw,
+        seed, cfg,
     )  # fmt: skip
     known = None
     if init_rewards is not None:
@@ -600,6 +607,24 @@ class BBKBCheckpoint:
         return cls(**data)
 
 
+def _config(config: BBKBConfig | None, options: dict[str, Any]) -> BBKBConfig:
+    """``config``, or one built from ``run_bbkb``'s keyword options (not both)."""
+    if config is None:
+        return BBKBConfig(**options)
+    if not isinstance(config, BBKBConfig):
+        raise TypeError(f"config must be a BBKBConfig, got {config!r}.")
+    changed = sorted(
+        name
+        for name, value in options.items()
+        if value is not getattr(_D, name) and value != getattr(_D, name)
+    )
+    if changed:
+        raise ValueError(
+            f"pass the options either in config or as keywords, not both: {changed}."
+        )
+    return config
+
+
 class _OracleFault(Exception):
     """Marks a fault of the oracle (raised, wrong shape or non-finite reward)."""
 
@@ -619,11 +644,9 @@ def _new_run(
     checkpoint_every: int,
     generator: torch.Generator | None,
     seed: int | None,
-    dtype: torch.dtype,
-    rule: str | StoppingRule,
-    engine_kw: dict[str, Any],
+    cfg: BBKBConfig,
 ) -> BBKBRunState:
-    arms = _validate(arms, T, lam, f_true, init, dtype)
+    arms = _validate(arms, T, lam, f_true, init, cfg.dtype)
     if isinstance(init_dictionary, str) and init_dictionary not in ("all", "bless"):
         raise ValueError(f"unknown init_dictionary {init_dictionary!r}.")
     if checkpoint is not None and not callable(checkpoint):
@@ -637,9 +660,8 @@ def _new_run(
             f"checkpoint_every must be an int >= 1, got {checkpoint_every!r}."
         )
     g = _make_generator(generator, seed)
-    engine = BBKBEngine(
-        arms, kernel, lam, rule=rule, dtype=dtype, generator=g, **engine_kw
-    )
+    engine = BBKBEngine(arms, kernel, lam, cfg, horizon=T, generator=g)
+    rule = cfg.rule
     rec = _Recorder(
         T, f_true, progress, desc=f"BBKB[{getattr(rule, '__name__', rule)}]"
     )
