@@ -6,8 +6,10 @@ resparsification" (ICML 2020) on a finite candidate set, plus the BKB, exact
 GP-UCB / GP-BUCB and uniform baselines (whose loops are in
 :mod:`botorch_sketch.loops.bbkb`). One concept per module:
 
-- :mod:`~botorch_sketch.bbkb.state`: frozen batch-start state, rebuilt or updated
-  incrementally at each resparsification;
+- :mod:`~botorch_sketch.bbkb.state`: frozen batch-start state, by kind:
+  :mod:`~botorch_sketch.bbkb.batch_state` (the interface),
+  :mod:`~botorch_sketch.bbkb.rebuilt_state` (rebuilt at each resparsification)
+  and :mod:`~botorch_sketch.bbkb.incremental_state` (updated in place);
 - :mod:`~botorch_sketch.bbkb.posterior_state`: the same state from a fitted sparse
   GP's posterior (dictionary and data need not be arms; the BoTorch optimizer
   over ``choices`` selects on it);
