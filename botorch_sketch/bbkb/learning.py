@@ -22,11 +22,9 @@ fixed) while it runs:
   ``lam / n_a + v`` with a learned homoscedastic ``v`` (gpytorch's
   ``FixedNoiseGaussianLikelihood(learn_additional_noise=True)``), used in the fit
   only. It absorbs what the kernel cannot represent of a real reward function.
-  Without it, a small known noise forces the kernel to interpolate: on
-  standardized Cadata (noise sd 0.01, ``lam = 1e-4``, seed 0, T = 1,500, the
-  setting of ``benchmarks/bench_learning.py``) the lengthscale then falls from 3
-  to 1.7 as the data grow, the dictionary holds every pulled arm (1,499), and
-  the regret ratio is 0.90; with it, 0.008 (11 arms in the dictionary).
+  Without it, a small known noise forces the kernel to interpolate: the
+  lengthscale shrinks as the data grow and the dictionary fills with every
+  pulled arm (``benchmarks/bench_learning.py`` compares both on Cadata).
 - **How**: BoTorch's ``fit_gpytorch_mll`` (L-BFGS-B) on a ``SingleTaskGP`` that
   shares the kernel module, warm-started from the current values and bounded to
   ``max_iterations`` iterations, one attempt; a failed fit keeps the previous
