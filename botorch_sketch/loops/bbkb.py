@@ -450,7 +450,8 @@ def run_bbkb(
         lazy: Lazy UCB evaluation (default) or eager downdates.
         generator: ``torch.Generator`` for the random choices of the algorithm.
         seed: Seed for a fresh generator (instead of ``generator``).
-        progress: Show a ``tqdm`` progress bar.
+        progress: Show a ``tqdm`` progress bar when tqdm is installed (without it
+            the run goes on silently; tqdm is an optional dependency).
         chunk_size: Rows embedded at once in rebuilds (bounds the memory of the
             ``A``-sized sweeps to ``O(chunk_size m)``).
         kernel_cache: Reuse kernel columns of dictionary points across rebuilds
