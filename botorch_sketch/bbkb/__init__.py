@@ -6,8 +6,10 @@ resparsification" (ICML 2020) on a finite candidate set, plus the BKB, exact
 GP-UCB / GP-BUCB and uniform baselines (whose loops are in
 :mod:`botorch_sketch.loops.bbkb`). One concept per module:
 
-- :mod:`~botorch_sketch.bbkb.state`: frozen batch-start state, rebuilt or updated
-  incrementally at each resparsification;
+- :mod:`~botorch_sketch.bbkb.state`: frozen batch-start state, by kind:
+  :mod:`~botorch_sketch.bbkb.batch_state` (the interface),
+  :mod:`~botorch_sketch.bbkb.rebuilt_state` (rebuilt at each resparsification)
+  and :mod:`~botorch_sketch.bbkb.incremental_state` (updated in place);
 - :mod:`~botorch_sketch.bbkb.posterior_state`: the same state from a fitted sparse
   GP's posterior (dictionary and data need not be arms; the BoTorch optimizer
   over ``choices`` selects on it);
@@ -19,6 +21,8 @@ GP-UCB / GP-BUCB and uniform baselines (whose loops are in
 - :mod:`~botorch_sketch.bbkb.exact`: incremental exact GP posterior;
 - :mod:`~botorch_sketch.bbkb.learning`: kernel hyperparameters refitted on a
   schedule during a run (``run_bbkb(..., learn=True)``);
+- :mod:`~botorch_sketch.bbkb.config`: the engine's options, one validated
+  dataclass shared by the engine, the loop and Ax;
 - :mod:`~botorch_sketch.bbkb.engine`: Algorithm 1 as a state machine
   (:class:`BBKBEngine`: start, next batch, observe, checkpoint), driven by the
   finite-arm loop (:func:`botorch_sketch.loops.run_bbkb`) and by the Ax generator
@@ -27,6 +31,7 @@ GP-UCB / GP-BUCB and uniform baselines (whose loops are in
   kernel, evaluated in dense blocks (and the paper's frozen Gaussian kernel).
 """
 
+from botorch_sketch.bbkb.config import BBKBConfig
 from botorch_sketch.bbkb.dense_kernel import (
     DenseKernel,
     as_dense_kernel,
@@ -68,6 +73,7 @@ from botorch_sketch.bbkb.stopping import (
 )
 
 __all__ = [
+    "BBKBConfig",
     "BBKBEngine",
     "BatchState",
     "BetaSchedule",

@@ -37,25 +37,22 @@ from gpytorch.kernels import Kernel
 from torch import Tensor
 
 from botorch_sketch import linalg
+from botorch_sketch.bbkb.config import RESPARSIFY_MODES, BBKBConfig
 from botorch_sketch.bbkb.dense_kernel import DenseKernel, as_dense_kernel
 from botorch_sketch.bbkb.learning import KernelFit, KernelLearner, KernelLearning
-from botorch_sketch.bbkb.schedules import BetaSchedule, make_schedule
-from botorch_sketch.bbkb.selection import DEFAULT_POOL_SIZE, StepRecord, select_batch
+from botorch_sketch.bbkb.schedules import make_schedule
+from botorch_sketch.bbkb.selection import StepRecord, select_batch
 from botorch_sketch.bbkb.state import (
-    DEFAULT_CHUNK_SIZE,
     BatchState,
     IncrementalState,
     KernelColumnCache,
     rebuild,
 )
-from botorch_sketch.bbkb.stopping import StoppingRule, make_rule
+from botorch_sketch.bbkb.stopping import make_rule
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BBKBEngine", "RESPARSIFY_MODES", "validate_arms"]
-
-#: Resparsification paths of :class:`BBKBEngine`.
-RESPARSIFY_MODES = ("auto", "incremental", "rebuild")
+__all__ = ["BBKBConfig", "BBKBEngine", "RESPARSIFY_MODES", "validate_arms"]
 
 
 def validate_arms(arms: Tensor, lam: float, dtype: torch.dtype) -> Tensor:
@@ -113,6 +110,14 @@ class _StateKeeper:
                 self.incremental.resparsify(S, counts, sums)
             return self.incremental
         self.incremental = None  # over the memory budget: bounded-memory rebuilds
+        return self.rebuilt(S, counts, sums)
+
+    def discard_incremental(self) -> None:
+        """Forget the incremental state (the next call builds a fresh one)."""
+        self.incremental = None
+
+    def rebuilt(self, S: Tensor, counts: Tensor, sums: Tensor) -> BatchState:
+        """A state built from scratch (:func:`rebuild`), nothing kept in place."""
         if self.cache is None and self.cache_opts[0]:
             self.cache = KernelColumnCache(
                 self.arms, self.kernel, max_bytes=self.cache_opts[1]
@@ -127,34 +132,20 @@ class BBKBEngine:
     r"""Algorithm 1 of BBKB on ``A`` arms, one batch at a time (module docstring).
 
     Args:
-        arms: ``A x d`` candidate set (any device; cast to ``dtype``).
+        arms: ``A x d`` candidate set (any device; cast to the config's
+            ``dtype``).
         kernel: The prior covariance, any ``gpytorch.kernels.Kernel`` without batch
             dimensions, evaluated through a frozen copy
             (:class:`~botorch_sketch.bbkb.dense_kernel.DenseKernel`).
         lam: Ridge ``lam`` (the noise variance of one reward).
-        C: Batch threshold ``C~ >= 1``.
-        q_bar: Oversampling factor of the dictionary resampling.
-        rule: Stopping rule name (:func:`~botorch_sketch.bbkb.stopping.make_rule`)
-            or a :class:`~botorch_sketch.bbkb.stopping.StoppingRule`.
-        beta: ``"paper"``, ``"reference_code"``, a fixed ``beta~`` or a
-            :class:`~botorch_sketch.bbkb.schedules.BetaSchedule`.
-        xi: Noise std in ``beta~`` (default ``sqrt(lam)``).
-        delta: Confidence level of ``beta~``.
-        F: RKHS norm bound in ``beta~``.
-        learn: ``False``, ``True`` or a
-            :class:`~botorch_sketch.bbkb.learning.KernelLearning` schedule.
-        repeats: ``"union"`` or ``"per_pull"``
-            (:func:`~botorch_sketch.linalg.rls_inclusion_probabilities`).
-        resparsify: ``"auto"``, ``"incremental"`` or ``"rebuild"``.
-        embedding_bytes: Memory budget of the incremental path.
-        chunk_size: Rows embedded at once on the rebuild path.
-        kernel_cache: Reuse kernel columns across rebuilds.
-        kernel_cache_bytes: Memory cap of that cache.
-        pool_size: Initial pool of the batch selector.
-        lazy: Lazy UCB evaluation (default) or eager downdates.
-        dtype: Compute dtype.
+        config: The options (:class:`~botorch_sketch.bbkb.config.BBKBConfig`;
+            default: its defaults).
+        horizon: The run's horizon ``T`` if known (``beta~``'s default
+            ``delta = 1 / (T + 1)``, :meth:`BBKBConfig.confidence`).
         generator: ``torch.Generator`` of the dictionary draws and the refits'
             subsamples (a fresh unseeded one if ``None``).
+        **options: Fields of :class:`BBKBConfig` that replace those of
+            ``config`` (e.g. ``C=3.0``).
 
     See :func:`~botorch_sketch.loops.bbkb.run_bbkb` for the meaning of every option
     in a run.
@@ -165,58 +156,37 @@ class BBKBEngine:
         arms: Tensor,
         kernel: Kernel,
         lam: float,
+        config: BBKBConfig | None = None,
         *,
-        C: float = 2.0,
-        q_bar: float = 2.0,
-        rule: str | StoppingRule = "global",
-        beta: str | float | BetaSchedule = "paper",
-        xi: float | None = None,
-        delta: float = 0.01,
-        F: float = 1.0,
-        learn: bool | KernelLearning = False,
-        repeats: str = "union",
-        resparsify: str = "auto",
-        embedding_bytes: int = 2**31,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
-        kernel_cache: bool = True,
-        kernel_cache_bytes: int = 2**30,
-        pool_size: int | None = DEFAULT_POOL_SIZE,
-        lazy: bool = True,
-        dtype: torch.dtype = torch.float64,
+        horizon: int | None = None,
         generator: torch.Generator | None = None,
+        **options: Any,
     ) -> None:
-        self.arms = validate_arms(arms, lam, dtype)
-        if not q_bar > 0:
-            raise ValueError(f"q_bar must be positive, got {q_bar}.")
-        if resparsify not in RESPARSIFY_MODES:
-            raise ValueError(
-                f"resparsify must be one of {RESPARSIFY_MODES}, got {resparsify!r}."
-            )
-        if repeats not in linalg.REPEAT_RULES:
-            raise ValueError(
-                f"repeats must be one of {linalg.REPEAT_RULES}, got {repeats!r}."
-            )
-        if isinstance(rule, str) and rule == "bkb":
-            C = 1.0
-        self.rule = make_rule(rule, C)
-        if not C >= 1:
-            raise ValueError(f"the batch threshold C must be >= 1, got {C}.")
-        self.lam, self.q_bar, self.repeats = float(lam), float(q_bar), repeats
-        xi = math.sqrt(lam) if xi is None else xi
-        self.schedule = make_schedule(beta, C=C, lam=lam, xi=xi, delta=delta, F=F)
-        self.lazy, self.pool_size = lazy, pool_size
+        if config is not None and not isinstance(config, BBKBConfig):
+            raise TypeError(f"config must be a BBKBConfig, got {config!r}.")
+        cfg = (config or BBKBConfig()).updated(**options)
+        self.arms = validate_arms(arms, lam, cfg.dtype)
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {generator!r}.")
+        self.config = cfg
+        C = cfg.threshold
+        self.rule = make_rule(cfg.rule, C)
+        self.lam, self.q_bar, self.repeats = float(lam), float(cfg.q_bar), cfg.repeats
+        xi = math.sqrt(lam) if cfg.xi is None else cfg.xi
+        self.schedule = make_schedule(
+            cfg.beta, C=C, lam=lam, xi=xi, delta=cfg.confidence(horizon), F=cfg.F
+        )
+        self.lazy, self.pool_size = cfg.lazy, cfg.pool_size
         self.generator = generator if generator is not None else torch.Generator()
         if generator is None:
             self.generator.seed()
-        self._keeper_opts = (
-            resparsify, embedding_bytes, chunk_size, kernel_cache, kernel_cache_bytes
-        )  # fmt: skip
-        self.learner = _make_learner(learn, kernel, self.arms)
+        self.learner = _make_learner(cfg.learn, kernel, self.arms)
         self._keeper = self._keeper_for(kernel if self.learner is None else None)
         A = self.arms.shape[0]
         self.counts = self.arms.new_zeros(A)
         self.reward_sums = self.arms.new_zeros(A)
         self._state: BatchState | None = None
+        self._state_inputs: tuple[Tensor, Tensor, Tensor] | None = None
         self._stale = False  # rewards observed since the state was built
 
     # --------------------------------------------------------------- properties
@@ -271,6 +241,8 @@ class BBKBEngine:
         if self.started:
             raise RuntimeError("the engine was already started.")
         idx, y = self._checked(init, rewards)
+        if isinstance(init_dictionary, str) and init_dictionary not in ("all", "bless"):
+            raise ValueError(f"unknown init_dictionary {init_dictionary!r}.")
         self._record(idx, y)
         self._maybe_refit()
         uniq = torch.unique(idx)
@@ -288,7 +260,7 @@ class BBKBEngine:
                 raise ValueError(f"unknown init_dictionary {init_dictionary!r}.")
         else:
             S = torch.as_tensor(init_dictionary, dtype=torch.long)
-        self._state = self._keeper(S, self.counts, self.reward_sums)
+        self._set_state(S)
         self.schedule.initialize(self._state, idx)
 
     def next_batch(
@@ -465,15 +437,18 @@ class BBKBEngine:
         raw = base64.b64decode(checkpoint["generator"])
         self.generator.set_state(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
         self._record(idx, y)
-        S = torch.as_tensor(checkpoint["dictionary"], dtype=torch.long)
-        self._state = self._keeper(S, self.counts, self.reward_sums)
+        self._set_state(torch.as_tensor(checkpoint["dictionary"], dtype=torch.long))
         self._stale = bool(checkpoint["stale"])
 
     # ----------------------------------------------------------------- helpers
     def _keeper_for(self, kernel: Kernel | None) -> _StateKeeper:
         module = self.learner.module if kernel is None else kernel
         dense = as_dense_kernel(module, self.arms)
-        return _StateKeeper(self.arms, dense, self.lam, *self._keeper_opts)
+        cfg = self.config
+        return _StateKeeper(
+            self.arms, dense, self.lam, cfg.resparsify, cfg.embedding_bytes,
+            cfg.chunk_size, cfg.kernel_cache, cfg.kernel_cache_bytes,
+        )  # fmt: skip
 
     def _checked(self, arms: Tensor, rewards: Tensor) -> tuple[Tensor, Tensor]:
         A, device = self.arms.shape[0], self.arms.device
@@ -486,8 +461,13 @@ class BBKBEngine:
             raise ValueError(f"{y.numel()} rewards for {idx.numel()} arms.")
         if idx.min() < 0 or idx.max() >= A:
             raise ValueError(f"arm indices must lie in [0, {A}).")
-        if not torch.isfinite(y).all():
-            raise ValueError("rewards contain NaN or infinite values.")
+        bad = ~torch.isfinite(y)
+        if bool(bad.any()):
+            k = int(bad.nonzero()[0, 0])
+            raise ValueError(
+                f"rewards must be finite: got {float(y[k])} for arm {int(idx[k])} "
+                f"(position {k} of the batch)."
+            )
         return idx, y
 
     def _record(self, idx: Tensor, y: Tensor) -> None:
@@ -503,7 +483,45 @@ class BBKBEngine:
         return True
 
     def _resample(self) -> None:
-        r"""Alg. 1 L11-L18 (and a due refit) after the last observed batch."""
+        r"""Alg. 1 L11-L18 (and a due refit) after the last observed batch.
+
+        All or nothing: an exception (a ``KeyboardInterrupt`` included) raised
+        inside it restores the generator, the kernel (and its refit bookkeeping)
+        and the batch-start state, so the next call draws the same dictionary.
+        The incremental state, half updated in place, is then discarded and the
+        previous state rebuilt from its dictionary and pulls.
+        """
+        snapshot = self._snapshot()
+        try:
+            self._resample_unguarded()
+        except BaseException:
+            self._rollback(snapshot)
+            raise
+
+    def _snapshot(self) -> dict[str, Any]:
+        state = self.state
+        learner = self.learner
+        return {
+            "generator": self.generator.get_state(),
+            "keeper": self._keeper,
+            "state": state,
+            "inputs": self._state_inputs,
+            "learner": None if learner is None else learner.snapshot(),
+        }
+
+    def _rollback(self, snapshot: dict[str, Any]) -> None:
+        self.generator.set_state(snapshot["generator"])
+        if self.learner is not None:
+            self.learner.load_snapshot(snapshot["learner"])
+        keeper = snapshot["keeper"]
+        keeper.discard_incremental()
+        self._keeper = keeper
+        S, counts, sums = snapshot["inputs"]
+        self._state = keeper.rebuilt(S, counts, sums)
+        self._state_inputs = snapshot["inputs"]
+        logger.info("resampling interrupted: restored the batch-start state.")
+
+    def _resample_unguarded(self) -> None:
         state = self.state
         if self._maybe_refit():
             # The embedding changes with the kernel: rebuild, then resample the
@@ -519,8 +537,17 @@ class BBKBEngine:
                 "empty dictionary draw at t=%d; kept the argmax point.",
                 self.num_observations,
             )
-        self._state = self._keeper(pulled[draw.selected], self.counts, self.reward_sums)
+        self._set_state(pulled[draw.selected])
         self._stale = False
+
+    def _set_state(self, S: Tensor) -> None:
+        """The state on ``S`` and the current pulls (its inputs kept for a rollback)."""
+        self._state = self._keeper(S, self.counts, self.reward_sums)
+        self._state_inputs = (
+            self._state.S_idx.clone(),
+            self.counts.clone(),
+            self.reward_sums.clone(),
+        )
 
 
 class _NegatedMean:

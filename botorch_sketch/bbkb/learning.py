@@ -22,11 +22,9 @@ fixed) while it runs:
   ``lam / n_a + v`` with a learned homoscedastic ``v`` (gpytorch's
   ``FixedNoiseGaussianLikelihood(learn_additional_noise=True)``), used in the fit
   only. It absorbs what the kernel cannot represent of a real reward function.
-  Without it, a small known noise forces the kernel to interpolate: on
-  standardized Cadata (noise sd 0.01, ``lam = 1e-4``, seed 0, T = 1,500, the
-  setting of ``benchmarks/bench_learning.py``) the lengthscale then falls from 3
-  to 1.7 as the data grow, the dictionary holds every pulled arm (1,499), and
-  the regret ratio is 0.90; with it, 0.008 (11 arms in the dictionary).
+  Without it, a small known noise forces the kernel to interpolate: the
+  lengthscale shrinks as the data grow and the dictionary fills with every
+  pulled arm (``benchmarks/bench_learning.py`` compares both on Cadata).
 - **How**: BoTorch's ``fit_gpytorch_mll`` (L-BFGS-B) on a ``SingleTaskGP`` that
   shares the kernel module, warm-started from the current values and bounded to
   ``max_iterations`` iterations, one attempt; a failed fit keeps the previous
@@ -43,6 +41,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import gpytorch
 import torch
@@ -179,6 +178,22 @@ class KernelLearner:
     def due(self, num_observations: int) -> bool:
         """Whether :meth:`fit` is due (:meth:`KernelLearning.due`)."""
         return self.schedule.due(num_observations, self.last_fit)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything :meth:`fit` changes, for :meth:`load_snapshot`."""
+        return {
+            "module": {k: v.clone() for k, v in self.module.state_dict().items()},
+            "misfit_variance": self.misfit_variance,
+            "last_fit": self.last_fit,
+            "num_fits": len(self.history),
+        }
+
+    def load_snapshot(self, snapshot: dict[str, Any]) -> None:
+        """Undo the fits since :meth:`snapshot` (e.g. after an interrupted refit)."""
+        self.module.load_state_dict(snapshot["module"])
+        self.misfit_variance = snapshot["misfit_variance"]
+        self.last_fit = snapshot["last_fit"]
+        del self.history[snapshot["num_fits"] :]
 
     def fit(
         self,

@@ -35,12 +35,12 @@ import torch
 from torch import Tensor
 
 from botorch_sketch import linalg
-from botorch_sketch.bbkb.dense_kernel import DenseKernel
-from botorch_sketch.bbkb.state import (
+from botorch_sketch.bbkb.batch_state import (
     DEFAULT_CHUNK_SIZE,
     FactoredState,
-    _chunks,
+    row_chunks,
 )
+from botorch_sketch.bbkb.dense_kernel import DenseKernel
 
 __all__ = ["PosteriorState"]
 
@@ -117,7 +117,7 @@ class PosteriorState(FactoredState):
         Embeds the arms chunk by chunk, ``O(A m (d + r))`` time, ``O(A)`` memory.
         """
         out = torch.empty_like(self.kdiag)
-        for lo, hi in _chunks(self.num_arms, self.chunk_size):
+        for lo, hi in row_chunks(self.num_arms, self.chunk_size):
             idx = torch.arange(lo, hi, device=self.arms.device)
             out[lo:hi] = self.resid_at(idx)
         return out

@@ -9,6 +9,8 @@ phases.
 
 from botorch_sketch.loops.bbkb import (
     BanditResult,
+    BBKBCheckpoint,
+    BBKBInterrupted,
     noisy_oracle,
     run_bbkb,
     run_botorch_fixed_q,
@@ -22,6 +24,8 @@ from botorch_sketch.loops.goucb import GOUCBResult, run_goucb, uniform_design
 from botorch_sketch.loops.gssbo import GSSBORefitter, hyperparameter_state
 
 __all__ = [
+    "BBKBCheckpoint",
+    "BBKBInterrupted",
     "BanditResult",
     "GOUCBResult",
     "GSSBORefitter",

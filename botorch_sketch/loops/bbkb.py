@@ -29,29 +29,34 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from gpytorch.kernels import Kernel
 from torch import Tensor
 
+from botorch_sketch.bbkb.config import BBKBConfig
 from botorch_sketch.bbkb.dense_kernel import as_dense_kernel
 from botorch_sketch.bbkb.engine import BBKBEngine, validate_arms
 from botorch_sketch.bbkb.exact import ExactPosterior
 from botorch_sketch.bbkb.learning import KernelFit, KernelLearning
 from botorch_sketch.bbkb.schedules import BetaSchedule
 from botorch_sketch.bbkb.selection import (
-    DEFAULT_POOL_SIZE,
     StepRecord,
 )
 from botorch_sketch.bbkb.state import (
-    DEFAULT_CHUNK_SIZE,
     BatchState,
 )
 from botorch_sketch.bbkb.stopping import ProductRule, StoppingRule, make_rule
 
 logger = logging.getLogger(__name__)
 
+_D = BBKBConfig  # the defaults of run_bbkb's engine options, written once there
+
 __all__ = [
+    "BBKBCheckpoint",
+    "BBKBInterrupted",
+    "BBKBRunState",
     "BanditResult",
     "noisy_oracle",
     "run_bbkb",
@@ -90,6 +95,9 @@ class BanditResult:
         kernel: The kernel of :attr:`final_state` (BBKB only): with learning, the
             learned kernel (a trainable copy; the caller's module is unchanged).
         kernel_fits: The refits of a run with learning, in order.
+        run_state: Set on the partial result of an interrupted :func:`run_bbkb`
+            (:attr:`BBKBInterrupted.partial`): what ``run_bbkb(...,
+            resume=partial)`` continues from (``None`` otherwise).
     """
 
     arms: Tensor
@@ -106,6 +114,7 @@ class BanditResult:
     batch_ranks: Tensor | None = None
     kernel: Kernel | None = None
     kernel_fits: list[KernelFit] = field(default_factory=list)
+    run_state: BBKBRunState | None = None
 
     @property
     def num_batches(self) -> int:
@@ -123,6 +132,46 @@ class BanditResult:
         r"""``R_t / R_t^unif``, expected uniform regret (:func:`uniform_regret`)."""
         t = torch.arange(1, self.arms.numel() + 1, dtype=f_true.dtype)
         return self.cumulative_regret / uniform_regret(f_true, t)
+
+
+class BBKBInterrupted(RuntimeError):
+    r"""A :func:`run_bbkb` run stopped by a fault of the oracle (or of the run).
+
+    Raised from the original exception (its ``__cause__``) when the oracle
+    raises, returns the wrong shape or a non-finite reward. Nothing observed is
+    lost: :attr:`partial` is a :class:`BanditResult` of every step whose reward
+    was observed, and ``run_bbkb(..., resume=exc.partial)`` continues the run
+    exactly as it would have gone without the fault (the batch that was being
+    evaluated is evaluated again first). A ``KeyboardInterrupt`` during a run
+    propagates unchanged, with the same ``partial`` attribute set on it.
+
+    Attributes:
+        partial: The partial result, with :attr:`BanditResult.run_state` set.
+    """
+
+    def __init__(self, message: str, partial: BanditResult) -> None:
+        super().__init__(message)
+        self.partial = partial
+
+
+@dataclass
+class BBKBRunState:
+    r"""What an interrupted :func:`run_bbkb` continues from (in-process).
+
+    Attributes:
+        engine: The engine, changed only by completed batches.
+        recorder: The records so far (the pending batch's steps included).
+        pending: Arm indices chosen but not yet observed (``None`` if none).
+        started: Whether the initial batch was observed.
+        options: The loop's own options (``max_batch_size``, ``allow_repeats``,
+            ``init_dictionary``, checkpointing).
+    """
+
+    engine: BBKBEngine
+    recorder: _Recorder
+    pending: Tensor | None
+    started: bool
+    options: dict[str, Any]
 
 
 def uniform_regret(f_true: Tensor, t: Tensor | int) -> Tensor:
@@ -160,15 +209,36 @@ class _Recorder:
         self.ranks: list[int] = []
         self.t0 = time.perf_counter()
         self.oracle_time = 0.0
+        self.paused_at = self.t0
+        self.desc = desc
         self.pbar = None
-        if progress:
-            from tqdm.auto import tqdm  # lazy import
+        self.open_progress(progress)
 
-            self.pbar = tqdm(total=T, desc=desc)
+    def open_progress(self, progress: bool) -> None:
+        """Show a tqdm progress bar if asked and tqdm is installed."""
+        self.pbar = None
+        if not progress:
+            return
+        try:
+            from tqdm.auto import tqdm  # optional dependency
+        except ImportError:
+            logger.debug("tqdm is not installed: running without a progress bar.")
+            return
+        self.pbar = tqdm(total=self.T, desc=self.desc, initial=self.observed)
+
+    def close_progress(self) -> None:
+        if self.pbar is not None:
+            self.pbar.close()
+            self.pbar = None
 
     @property
     def t(self) -> int:
         return len(self.arms)
+
+    @property
+    def observed(self) -> int:
+        """Number of steps whose reward was observed."""
+        return len(self.rewards)
 
     def now(self) -> float:
         return time.perf_counter() - self.t0 - self.oracle_time
@@ -181,8 +251,12 @@ class _Recorder:
 
     def evaluate(self, oracle: Oracle, idx: Tensor) -> Tensor:
         start = time.perf_counter()
-        y = oracle(idx)
-        self.oracle_time += time.perf_counter() - start
+        try:
+            y = oracle(idx)
+        finally:
+            self.oracle_time += time.perf_counter() - start
+        if not isinstance(y, Tensor):
+            raise TypeError(f"the oracle must return a tensor, got {type(y).__name__}.")
         if y.shape != idx.shape:
             raise ValueError(
                 f"the oracle returned shape {tuple(y.shape)} for {idx.numel()} arms."
@@ -206,13 +280,15 @@ class _Recorder:
         final_state: BatchState | None = None,
         kernel: Kernel | None = None,
         kernel_fits: list[KernelFit] | None = None,
+        run_state: BBKBRunState | None = None,
     ) -> BanditResult:
+        """The records of the observed steps (a pending batch's steps left out)."""
         total = self.now()
-        if self.pbar is not None:
-            self.pbar.close()
-        arms = torch.tensor(self.arms, dtype=torch.long)
+        self.close_progress()
+        n = self.observed
+        arms = torch.tensor(self.arms[:n], dtype=torch.long)
         sizes = torch.tensor(self.batch_sizes, dtype=torch.long)
-        bid = torch.tensor(self.batch_id, dtype=torch.long)
+        bid = torch.tensor(self.batch_id[:n], dtype=torch.long)
         regret = None
         if self.f_true is not None:
             regret = self.f_true.max() - self.f_true[arms]
@@ -221,8 +297,8 @@ class _Recorder:
             rewards=torch.tensor(self.rewards, dtype=torch.float64),
             batch_id=bid,
             batch_size=sizes[bid],
-            dict_size=torch.tensor(self.dict_size, dtype=torch.long),
-            wall_time=torch.tensor(self.wall, dtype=torch.float64),
+            dict_size=torch.tensor(self.dict_size[:n], dtype=torch.long),
+            wall_time=torch.tensor(self.wall[:n], dtype=torch.float64),
             regret=regret,
             batch_sizes=sizes,
             alphas=torch.tensor(self.alphas, dtype=torch.float64),
@@ -231,6 +307,7 @@ class _Recorder:
             batch_ranks=torch.tensor(self.ranks, dtype=torch.long),
             kernel=kernel,
             kernel_fits=list(kernel_fits or []),
+            run_state=run_state,
         )
 
 
@@ -308,33 +385,37 @@ def run_bbkb(
     T: int,
     kernel: Kernel,
     lam: float,
-    C: float = 2.0,
-    q_bar: float = 2.0,
-    rule: str | StoppingRule = "global",
-    beta: str | float | BetaSchedule = "paper",
+    C: float = _D.C,
+    q_bar: float = _D.q_bar,
+    rule: str | StoppingRule = _D.rule,
+    beta: str | float | BetaSchedule = _D.beta,
     *,
-    xi: float | None = None,
-    delta: float | None = None,
-    F: float = 1.0,
+    xi: float | None = _D.xi,
+    delta: float | None = _D.delta,
+    F: float = _D.F,
     init: Tensor | None = None,
     init_rewards: Tensor | None = None,
     init_dictionary: str | Tensor = "all",
     f_true: Tensor | None = None,
     max_batch_size: int | None = None,
     allow_repeats: bool = True,
-    lazy: bool = True,
+    lazy: bool = _D.lazy,
     generator: torch.Generator | None = None,
     seed: int | None = None,
     progress: bool = True,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    kernel_cache: bool = True,
-    dtype: torch.dtype = torch.float64,
-    pool_size: int | None = DEFAULT_POOL_SIZE,
-    kernel_cache_bytes: int = 2**30,
-    repeats: str = "union",
-    resparsify: str = "auto",
-    embedding_bytes: int = 2**31,
-    learn: bool | KernelLearning = False,
+    chunk_size: int = _D.chunk_size,
+    kernel_cache: bool = _D.kernel_cache,
+    dtype: torch.dtype = _D.dtype,
+    pool_size: int | None = _D.pool_size,
+    kernel_cache_bytes: int = _D.kernel_cache_bytes,
+    repeats: str = _D.repeats,
+    resparsify: str = _D.resparsify,
+    embedding_bytes: int = _D.embedding_bytes,
+    learn: bool | KernelLearning = _D.learn,
+    resume: BanditResult | BBKBCheckpoint | None = None,
+    checkpoint: Callable[[BBKBCheckpoint], None] | None = None,
+    checkpoint_every: int = 1,
+    config: BBKBConfig | None = None,
 ) -> BanditResult:
     r"""Run BBKB (or BKB) on a finite arm set for ``T`` steps (Alg. 1).
 
@@ -369,7 +450,8 @@ def run_bbkb(
         lazy: Lazy UCB evaluation (default) or eager downdates.
         generator: ``torch.Generator`` for the random choices of the algorithm.
         seed: Seed for a fresh generator (instead of ``generator``).
-        progress: Show a ``tqdm`` progress bar.
+        progress: Show a ``tqdm`` progress bar when tqdm is installed (without it
+            the run goes on silently; tqdm is an optional dependency).
         chunk_size: Rows embedded at once in rebuilds (bounds the memory of the
             ``A``-sized sweeps to ``O(chunk_size m)``).
         kernel_cache: Reuse kernel columns of dictionary points across rebuilds
@@ -411,47 +493,336 @@ def run_bbkb(
             keeps its running sum. ``False`` (default) keeps the kernel fixed, as
             in the paper's experiments. The learned kernel is
             :attr:`BanditResult.kernel`, the fits :attr:`BanditResult.kernel_fits`.
+        resume: Continue a run instead of starting one: the partial result of an
+            interrupted run (:attr:`BBKBInterrupted.partial`; the run goes on with
+            its own engine and options, exactly as without the fault) or a
+            :class:`BBKBCheckpoint` (a fresh engine built from this call's
+            options, which must be those of the checkpointed run, restored from
+            it; the same choices up to the rounding of a rebuilt state). ``T``
+            may be larger than the interrupted run's.
+        checkpoint: Called with a :class:`BBKBCheckpoint` (JSON-serialisable with
+            :meth:`BBKBCheckpoint.to_dict`) after every ``checkpoint_every``
+            observed batches.
+        checkpoint_every: Batches between two checkpoints.
+        config: All engine options at once, a
+            :class:`~botorch_sketch.bbkb.config.BBKBConfig` (then the keyword
+            options ``C`` to ``learn`` above must keep their defaults, which are
+            the config's).
 
     Returns:
         A :class:`BanditResult`.
+
+    Raises:
+        BBKBInterrupted: The oracle raised, returned the wrong shape or a
+            non-finite reward; the exception's ``partial`` holds every
+            observation so far and resumes the run.
 
     The arms may live on any device (e.g. CUDA); the algorithm's random draws use
     a CPU ``torch.Generator``, so runs are reproducible across devices up to
     rounding.
     """
-    arms = _validate(arms, T, lam, f_true, init, dtype)
-    g = _make_generator(generator, seed)
-    engine = BBKBEngine(
-        arms, kernel, lam, C=C, q_bar=q_bar, rule=rule, beta=beta, xi=xi,
-        delta=1.0 / (T + 1) if delta is None else delta, F=F, learn=learn,
-        repeats=repeats, resparsify=resparsify, embedding_bytes=embedding_bytes,
-        chunk_size=chunk_size, kernel_cache=kernel_cache,
-        kernel_cache_bytes=kernel_cache_bytes, pool_size=pool_size, lazy=lazy,
-        dtype=dtype, generator=g,
+    options = {
+        "C": C, "q_bar": q_bar, "rule": rule, "beta": beta, "xi": xi,
+        "delta": delta, "F": F, "learn": learn, "repeats": repeats,
+        "resparsify": resparsify, "embedding_bytes": embedding_bytes,
+        "chunk_size": chunk_size, "kernel_cache": kernel_cache,
+        "kernel_cache_bytes": kernel_cache_bytes, "pool_size": pool_size,
+        "lazy": lazy, "dtype": dtype,
+    }  # fmt: skip
+    cfg = _config(config, options)
+    if resume is not None:
+        run = _resumed_run(
+            resume, arms, T, progress,
+            lambda: _new_run(
+                arms, T, kernel, lam, f_true, None, init_dictionary, progress,
+                max_batch_size, allow_repeats, checkpoint, checkpoint_every,
+                generator, seed, cfg,
+            ),
+        )  # fmt: skip
+        return _drive(run, oracle, T, None)
+    run = _new_run(
+        arms, T, kernel, lam, f_true, init, init_dictionary, progress,
+        max_batch_size, allow_repeats, checkpoint, checkpoint_every, generator,
+        seed, cfg,
     )  # fmt: skip
-    device = arms.device
+    known = None
+    if init_rewards is not None:
+        known = torch.as_tensor(init_rewards, dtype=torch.float64).reshape(-1)
+        if known.shape != run.pending.shape:
+            raise ValueError(
+                f"init_rewards has {known.numel()} values for "
+                f"{run.pending.numel()} arms."
+            )
+    return _drive(run, oracle, T, known)
+
+
+@dataclass
+class BBKBCheckpoint:
+    r"""A snapshot of a :func:`run_bbkb` run between two batches.
+
+    Written by ``run_bbkb(..., checkpoint=callback)``; ``run_bbkb(...,
+    resume=ckpt)`` with the run's options continues from it. :meth:`to_dict` and
+    :meth:`from_dict` convert to and from plain JSON types.
+
+    Attributes:
+        engine: :meth:`~botorch_sketch.bbkb.engine.BBKBEngine.checkpoint`.
+        arms: The observed arm indices, in order.
+        rewards: Their rewards.
+        batch_sizes: Sizes of the observed batches (batch 0 = initial points).
+        alphas: Their UCB multipliers.
+        dict_size: Per step, the dictionary size that selected it.
+        wall_time: Per step, seconds since the start (oracle excluded).
+        batch_ranks: Per batch, the embedding dimension that selected it.
+    """
+
+    engine: dict[str, Any]
+    arms: list[int]
+    rewards: list[float]
+    batch_sizes: list[int]
+    alphas: list[float]
+    dict_size: list[int]
+    wall_time: list[float]
+    batch_ranks: list[int]
+
+    def __post_init__(self) -> None:
+        n = len(self.arms)
+        for name in ("rewards", "dict_size", "wall_time"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"{name} must have {n} entries, one per arm.")
+        if sum(self.batch_sizes) != n:
+            raise ValueError(f"batch_sizes must sum to the {n} arms.")
+        if len(self.alphas) != len(self.batch_sizes) or len(self.batch_ranks) != len(
+            self.batch_sizes
+        ):
+            raise ValueError("alphas and batch_ranks need one entry per batch.")
+        if not isinstance(self.engine, dict) or "num_observations" not in self.engine:
+            raise ValueError("engine must be a BBKBEngine.checkpoint() dict.")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types (floats as Python floats, ``nan`` kept)."""
+        return dict(vars(self))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BBKBCheckpoint:
+        """Inverse of :meth:`to_dict`."""
+        return cls(**data)
+
+
+def _config(config: BBKBConfig | None, options: dict[str, Any]) -> BBKBConfig:
+    """``config``, or one built from ``run_bbkb``'s keyword options (not both)."""
+    if config is None:
+        return BBKBConfig(**options)
+    if not isinstance(config, BBKBConfig):
+        raise TypeError(f"config must be a BBKBConfig, got {config!r}.")
+    changed = sorted(
+        name
+        for name, value in options.items()
+        if value is not getattr(_D, name) and value != getattr(_D, name)
+    )
+    if changed:
+        raise ValueError(
+            f"pass the options either in config or as keywords, not both: {changed}."
+        )
+    return config
+
+
+class _OracleFault(Exception):
+    """Marks a fault of the oracle (raised, wrong shape or non-finite reward)."""
+
+
+def _new_run(
+    arms: Tensor,
+    T: int,
+    kernel: Kernel,
+    lam: float,
+    f_true: Tensor | None,
+    init: Tensor | None,
+    init_dictionary: str | Tensor,
+    progress: bool,
+    max_batch_size: int | None,
+    allow_repeats: bool,
+    checkpoint: Callable[[BBKBCheckpoint], None] | None,
+    checkpoint_every: int,
+    generator: torch.Generator | None,
+    seed: int | None,
+    cfg: BBKBConfig,
+) -> BBKBRunState:
+    arms = _validate(arms, T, lam, f_true, init, cfg.dtype)
+    if isinstance(init_dictionary, str) and init_dictionary not in ("all", "bless"):
+        raise ValueError(f"unknown init_dictionary {init_dictionary!r}.")
+    if checkpoint is not None and not callable(checkpoint):
+        raise TypeError(f"checkpoint must be callable, got {checkpoint!r}.")
+    if (
+        isinstance(checkpoint_every, bool)
+        or not isinstance(checkpoint_every, int)
+        or checkpoint_every < 1
+    ):
+        raise ValueError(
+            f"checkpoint_every must be an int >= 1, got {checkpoint_every!r}."
+        )
+    g = _make_generator(generator, seed)
+    engine = BBKBEngine(arms, kernel, lam, cfg, horizon=T, generator=g)
+    rule = cfg.rule
     rec = _Recorder(
         T, f_true, progress, desc=f"BBKB[{getattr(rule, '__name__', rule)}]"
     )
-    init_idx, y0 = _initial_batch(rec, arms, oracle, init, init_rewards, g)
-    engine.start(init_idx, y0, init_dictionary)
+    if init is None:
+        init = torch.randint(arms.shape[0], (1,), generator=g)
+    init = torch.as_tensor(init, dtype=torch.long).reshape(-1)
+    for a in init.tolist():
+        rec.step(a, 0)
+    options = {
+        "max_batch_size": max_batch_size,
+        "allow_repeats": allow_repeats,
+        "init_dictionary": init_dictionary,
+        "checkpoint": checkpoint,
+        "checkpoint_every": checkpoint_every,
+    }
+    return BBKBRunState(engine, rec, init.to(arms.device), False, options)
 
-    while rec.t < T:
-        cap = T - rec.t if max_batch_size is None else min(max_batch_size, T - rec.t)
 
-        def record(step: StepRecord) -> None:
-            rec.step(step.arm, engine.state.dict_size)
+def _resumed_run(
+    resume: BanditResult | BBKBCheckpoint,
+    arms: Tensor,
+    T: int,
+    progress: bool,
+    fresh: Callable[[], BBKBRunState],
+) -> BBKBRunState:
+    if isinstance(resume, BBKBCheckpoint):
+        run = fresh()
+        rec = run.recorder
+        rec.close_progress()
+        n = len(resume.arms)
+        if n > T:
+            raise ValueError(f"the checkpoint holds {n} steps, more than T = {T}.")
+        engine = run.engine
+        engine.restore(
+            resume.engine, torch.tensor(resume.arms), torch.tensor(resume.rewards)
+        )
+        rec.arms, rec.rewards = list(resume.arms), list(resume.rewards)
+        rec.batch_sizes = list(resume.batch_sizes)
+        rec.batch_id = [b for b, k in enumerate(resume.batch_sizes) for _ in range(k)]
+        rec.alphas, rec.ranks = list(resume.alphas), list(resume.batch_ranks)
+        rec.dict_size, rec.wall = list(resume.dict_size), list(resume.wall_time)
+        rec.t0 = time.perf_counter() - (rec.wall[-1] if rec.wall else 0.0)
+        run.pending, run.started = None, True
+        rec.open_progress(progress)
+        return run
+    if not isinstance(resume, BanditResult) or resume.run_state is None:
+        raise ValueError(
+            "resume must be the partial result of an interrupted run_bbkb "
+            "(BBKBInterrupted.partial) or a BBKBCheckpoint."
+        )
+    run = resume.run_state
+    if run.options.get("done"):
+        raise ValueError("this partial result was already resumed to its end.")
+    if not isinstance(arms, Tensor) or arms.shape != run.engine.arms.shape:
+        raise ValueError("resume needs the arms of the interrupted run.")
+    if int(T) != T or T < run.recorder.observed:
+        raise ValueError(
+            f"T must be an integer >= the {run.recorder.observed} observed steps."
+        )
+    rec = run.recorder
+    rec.T = int(T)
+    rec.oracle_time += time.perf_counter() - rec.paused_at  # idle time excluded
+    rec.open_progress(progress)
+    return run
 
-        batch = engine.next_batch(cap, allow_repeats=allow_repeats, recorder=record)
-        state = engine.state
-        idx = torch.tensor(batch, dtype=torch.long, device=device)
-        y = rec.evaluate(oracle, idx).to(device=device, dtype=arms.dtype)
-        rec.end_batch(y, engine.alpha, state.dict_size, state.rank)
-        engine.observe(idx, y)
+
+def _checked_rewards(y: Tensor, idx: Tensor, rec: _Recorder) -> Tensor:
+    bad = ~torch.isfinite(y)
+    if bool(bad.any()):
+        k = int(bad.nonzero()[0, 0])
+        step = rec.observed + k + 1
+        raise _OracleFault(
+            f"the oracle returned {float(y[k])} for arm {int(idx[k])} at step "
+            f"{step} (batch {len(rec.batch_sizes)}); rewards must be finite."
+        )
+    return y
+
+
+def _drive(
+    run: BBKBRunState, oracle: Oracle, T: int, known: Tensor | None
+) -> BanditResult:
+    engine, rec, opts = run.engine, run.recorder, run.options
+    device, dtype = engine.arms.device, engine.arms.dtype
+    max_batch_size = opts["max_batch_size"]
+
+    def record(step: StepRecord) -> None:
+        rec.step(step.arm, engine.state.dict_size)
+
+    try:
+        while True:
+            if run.pending is None:
+                if rec.observed >= T:
+                    break
+                cap = T - rec.t
+                if max_batch_size is not None:
+                    cap = min(max_batch_size, cap)
+                batch = engine.next_batch(
+                    cap, allow_repeats=opts["allow_repeats"], recorder=record
+                )
+                run.pending = torch.tensor(batch, dtype=torch.long, device=device)
+            idx = run.pending
+            if known is not None:
+                y, known = known, None
+            else:
+                try:
+                    y = rec.evaluate(oracle, idx)
+                except Exception as exc:
+                    raise _OracleFault(f"the oracle failed: {exc!r}") from exc
+            y = _checked_rewards(torch.as_tensor(y).to(device, dtype), idx, rec)
+            if run.started:
+                state, alpha = engine.state, engine.alpha
+                engine.observe(idx, y)
+                rec.end_batch(y, alpha, state.dict_size, state.rank)
+            else:
+                engine.start(idx, y, opts["init_dictionary"])
+                rec.end_batch(y, math.nan, 0)
+                run.started = True
+            run.pending = None
+            every = opts["checkpoint_every"]
+            if opts["checkpoint"] is not None and len(rec.batch_sizes) % every == 0:
+                opts["checkpoint"](_checkpoint(engine, rec))
+    except (Exception, KeyboardInterrupt) as exc:
+        rec.paused_at = time.perf_counter()
+        partial = rec.result(
+            final_state=engine.state if engine.started else None,
+            kernel=engine.kernel,
+            kernel_fits=engine.kernel_fits,
+            run_state=run,
+        )
+        if isinstance(exc, _OracleFault):
+            raise BBKBInterrupted(
+                f"run_bbkb stopped at step {rec.observed + 1} of {T}: {exc} The "
+                f"{rec.observed} observations so far are in the exception's "
+                "`partial`; continue with run_bbkb(..., resume=exc.partial).",
+                partial,
+            ) from (exc.__cause__ or exc)
+        try:
+            exc.partial = partial  # type: ignore[attr-defined]
+        except AttributeError:  # pragma: no cover - exceptions with __slots__
+            pass
+        raise
+    opts["done"] = True
     return rec.result(
         final_state=engine.state,
         kernel=engine.kernel,
         kernel_fits=engine.kernel_fits,
+    )
+
+
+def _checkpoint(engine: BBKBEngine, rec: _Recorder) -> BBKBCheckpoint:
+    n = rec.observed
+    return BBKBCheckpoint(
+        engine=engine.checkpoint(),
+        arms=list(rec.arms[:n]),
+        rewards=list(rec.rewards),
+        batch_sizes=list(rec.batch_sizes),
+        alphas=list(rec.alphas),
+        dict_size=list(rec.dict_size[:n]),
+        wall_time=list(rec.wall[:n]),
+        batch_ranks=list(rec.ranks),
     )
 
 

@@ -122,7 +122,7 @@ def test_rebuild_validation():
 
 def test_fused_and_two_product_sweeps_agree(monkeypatch):
     """The one-product sweep (D D^T = I - lam V^-1) equals Eq. 3 term by term."""
-    import botorch_sketch.bbkb.state as state_mod
+    import botorch_sketch.bbkb.rebuilt_state as state_mod
 
     state, _, _ = make_state(seed=5, m=12, lam=1e-3)
     assert state.num_arms >= state_mod.FUSED_MIN_RATIO * state.rank  # fused path
@@ -262,7 +262,7 @@ def test_incremental_state_equals_rebuild(seed):
 
 
 def test_incremental_state_refresh_reset_and_check_paths(monkeypatch):
-    import botorch_sketch.bbkb.state as state_mod
+    import botorch_sketch.bbkb.incremental_state as state_mod
 
     monkeypatch.setattr(state_mod, "CHECK_WORK_RATIO", 0.0)  # check every time
     k = fixed_rbf_kernel(0.1)

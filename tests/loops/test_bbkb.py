@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from botorch_sketch.bbkb import ExactPosterior, fixed_rbf_kernel
+from botorch_sketch.loops import bbkb as run_bbkb_module
 from botorch_sketch.loops import (
     noisy_oracle,
     run_bbkb,
@@ -289,3 +290,155 @@ def test_categorical_regime_keeps_batch_and_dictionary_invariants():
     assert torch.isin(st.S_idx, pulled).all()
     assert st.rank == st.dict_size  # no point of this library is in the span
     assert st.stats["incremental"] > 0.9 * res.num_batches  # refreshes while r is tiny
+
+
+# ----------------------------------------------------------- faults and resume
+
+
+class FaultyOracle:
+    """``noisy_oracle`` that raises (or returns NaN) before drawing its noise, so a
+    retried batch gets the rewards the fault-free run got."""
+
+    def __init__(self, f, fail_at=(), nan_at=(), p_fail=0.0, seed=0, exc=None):
+        self.base = noisy_oracle(f, 0.01, torch.Generator().manual_seed(123))
+        self.calls, self.fail_at, self.nan_at = 0, set(fail_at), set(nan_at)
+        self.p_fail, self.g = p_fail, torch.Generator().manual_seed(seed)
+        self.exc = exc or RuntimeError("instrument failure")
+
+    def __call__(self, idx):
+        self.calls += 1
+        fail = self.calls in self.fail_at
+        if self.p_fail and float(torch.rand(1, generator=self.g)) < self.p_fail:
+            fail = True
+        if fail:
+            raise self.exc
+        if self.calls in self.nan_at:
+            return torch.full(idx.shape, float("nan"), dtype=DT)
+        return self.base(idx)
+
+
+def run_oracle(X, oracle, T, **kw):
+    kw.setdefault("lam", 1e-2)
+    kw.setdefault("xi", 0.01)
+    return run_bbkb(X, oracle, T, fixed_rbf_kernel(0.2), progress=False, **kw)
+
+
+def test_raising_oracle_keeps_observations_and_resumes_exactly():
+    X, f = problem()
+    ref = run_oracle(X, FaultyOracle(f), 150, seed=3)
+    oracle = FaultyOracle(f, fail_at={6})
+    with pytest.raises(run_bbkb_module.BBKBInterrupted, match="instrument") as info:
+        run_oracle(X, oracle, 150, seed=3)
+    partial = info.value.partial
+    assert isinstance(info.value.__cause__, RuntimeError)
+    n = int(ref.batch_sizes[:5].sum())  # five batches observed before the fault
+    assert partial.arms.numel() == n == partial.rewards.numel()
+    assert torch.equal(partial.arms, ref.arms[:n])
+    assert torch.equal(partial.rewards, ref.rewards[:n])
+    assert partial.run_state is not None
+    res = run_oracle(X, oracle, 150, resume=partial)
+    assert torch.equal(res.arms, ref.arms) and torch.equal(res.rewards, ref.rewards)
+    assert torch.equal(res.batch_sizes, ref.batch_sizes)
+    assert torch.equal(res.dict_size, ref.dict_size)
+    with pytest.raises(ValueError, match="already resumed"):
+        run_oracle(X, oracle, 150, resume=partial)
+
+
+def test_non_finite_reward_is_rejected_naming_arm_and_step():
+    X, f = problem()
+    oracle = FaultyOracle(f, nan_at={4})
+    with pytest.raises(
+        run_bbkb_module.BBKBInterrupted, match=r"nan for arm \d+ at step"
+    ):
+        run_oracle(X, oracle, 100, seed=1)
+    oracle = FaultyOracle(f, nan_at={4})
+    try:
+        run_oracle(X, oracle, 100, seed=1)
+    except run_bbkb_module.BBKBInterrupted as exc:
+        partial = exc.partial
+    assert torch.isfinite(partial.rewards).all()
+    engine = partial.run_state.engine
+    assert engine.num_observations == partial.rewards.numel()
+    ref = run_oracle(X, FaultyOracle(f), 100, seed=1)
+    res = run_oracle(X, oracle, 100, resume=partial)  # call 5 returns the rewards
+    assert torch.equal(res.arms, ref.arms)
+
+
+def test_fault_injection_long_run_matches_the_uninterrupted_run():
+    X, f = problem(A=500, seed=2)
+    ref = run_oracle(X, FaultyOracle(f), 400, seed=7)
+    oracle = FaultyOracle(f, p_fail=0.15, seed=11)
+    faults, resume = 0, None
+    while True:
+        try:
+            res = run_oracle(X, oracle, 400, seed=None if resume else 7, resume=resume)
+            break
+        except run_bbkb_module.BBKBInterrupted as exc:
+            faults += 1
+            resume = exc.partial
+            assert torch.equal(resume.arms, ref.arms[: resume.arms.numel()])
+    assert faults >= 3
+    assert torch.equal(res.arms, ref.arms) and torch.equal(res.rewards, ref.rewards)
+    assert torch.equal(res.batch_sizes, ref.batch_sizes)
+
+
+def test_keyboard_interrupt_in_the_oracle_carries_the_partial_result():
+    X, f = problem()
+    ref = run_oracle(X, FaultyOracle(f), 80, seed=2)
+    oracle = FaultyOracle(f, fail_at={3}, exc=KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt) as info:
+        run_oracle(X, oracle, 80, seed=2)
+    partial = info.value.partial
+    res = run_oracle(X, oracle, 80, resume=partial)
+    assert torch.equal(res.arms, ref.arms)
+
+
+def test_initial_batch_fault_and_wrong_shape_are_resumable():
+    X, f = problem()
+    ref = run_oracle(X, FaultyOracle(f), 60, seed=4)
+    oracle = FaultyOracle(f, fail_at={1})
+    with pytest.raises(run_bbkb_module.BBKBInterrupted) as info:
+        run_oracle(X, oracle, 60, seed=4)
+    assert info.value.partial.arms.numel() == 0
+    res = run_oracle(X, oracle, 60, resume=info.value.partial)
+    assert torch.equal(res.arms, ref.arms)
+    with pytest.raises(run_bbkb_module.BBKBInterrupted, match="shape"):
+        run_oracle(X, lambda idx: torch.zeros(2, 2, dtype=DT), 60, seed=4)
+
+
+def test_checkpoints_resume_a_fresh_run():
+    import json
+
+    X, f = problem()
+    ckpts = []
+    ref = run_oracle(X, FaultyOracle(f), 150, seed=3, checkpoint=ckpts.append)
+    assert len(ckpts) == ref.num_batches
+    every = []
+    run_oracle(X, FaultyOracle(f), 150, seed=3, checkpoint=every.append,
+               checkpoint_every=3)  # fmt: skip
+    assert len(every) == ref.num_batches // 3
+    ckpt = ckpts[6]
+    data = json.loads(json.dumps(ckpt.to_dict()))
+    restored = run_bbkb_module.BBKBCheckpoint.from_dict(data)
+    oracle = FaultyOracle(f)
+    oracle.base(torch.tensor(ckpt.arms))  # the oracle's noise stream moves on
+    res = run_oracle(X, oracle, 150, seed=99, resume=restored)
+    assert torch.equal(res.arms, ref.arms)
+    assert torch.equal(res.batch_sizes, ref.batch_sizes)
+    with pytest.raises(ValueError, match="batch_sizes"):
+        run_bbkb_module.BBKBCheckpoint.from_dict({**data, "batch_sizes": [1]})
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        run_oracle(X, oracle, 10, checkpoint=ckpts.append, checkpoint_every=0)
+    with pytest.raises(ValueError, match="resume"):
+        run_oracle(X, oracle, 10, resume=ref)
+
+
+def test_progress_without_tqdm_runs_silently(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    X, f = problem(A=50)
+    k = fixed_rbf_kernel(0.2)
+    res = run_bbkb(X, noisy_oracle(f, 0.01), 20, k, 1e-2, seed=0, progress=True)
+    assert res.arms.numel() == 20
