@@ -189,9 +189,6 @@ HALLUCINATIONS = ("dictionary", "full")
 #: pending points also lowers the variance outside the dictionary's span, so a
 #: greedy batch does not repeat a point far from the data.
 DEFAULT_HALLUCINATION = "full"
-#: Value of :meth:`BatchUpperConfidenceBound.forward` at points of ``X_avoid``:
-#: below any UCB, finite so that gradient-based optimisers stay well defined.
-AVOIDED_VALUE = -1e30
 #: Points closer than this (Euclidean, original input space) are the same point.
 SAME_POINT_TOL = 1e-9
 
@@ -324,11 +321,13 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
         AcquisitionFunction.set_X_pending(self, X_pending)
 
     def set_X_avoid(self, X_avoid: Tensor | None = None) -> None:
-        r"""Points at which :meth:`forward` returns :data:`AVOIDED_VALUE`.
+        r"""Points at which :meth:`forward` returns the lower bound instead.
 
-        An optimiser of this function then returns the best point outside
-        ``X_avoid`` (e.g. not yet evaluated) wherever such a point exists. The
-        variance is unaffected (``X_pending`` does that).
+        At a point of ``X_avoid`` (already evaluated, pending, or earlier in the
+        batch) the value is :meth:`lower_bound`, ``mu - alpha sigma~_t``: an
+        optimiser of this function then takes such a point only when the model is
+        sure it beats the best other point it finds (its lower bound above that
+        point's UCB). The variance is unaffected (``X_pending`` does that).
 
         Args:
             X_avoid: ``a x d`` points (original input space), or ``None``.
@@ -364,7 +363,8 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
         flat = X.reshape(-1, X.shape[-1])
         hit = torch.cdist(flat, self.X_avoid.to(flat)).min(dim=-1).values
         hit = (hit <= SAME_POINT_TOL).reshape(value.shape)
-        return torch.where(hit, torch.full_like(value, AVOIDED_VALUE), value)
+        lower = (self._ucb_mean(mean) - self.alpha * sigma).squeeze(-1)
+        return torch.where(hit, lower, value)
 
     def lower_bound(self, X: Tensor) -> Tensor:
         r"""``l(x) = s mu_fb(x) + o - alpha sigma~_t(x)``, the UCB's lower twin.
@@ -373,7 +373,7 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
             X: ``batch_shape x 1 x d`` points.
 
         Returns:
-            A ``batch_shape`` tensor (``X_avoid`` is not applied).
+            A ``batch_shape`` tensor.
         """
         mean, rls_var = self._mean_and_rls_variance(X)
         sigma = rls_var.clamp_min(MIN_RLS_VARIANCE).sqrt()

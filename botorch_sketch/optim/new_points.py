@@ -3,21 +3,18 @@ r"""New points first: a greedy step that re-proposes a point only when it pays.
 On a discrete or mixed domain the batch UCB's maximiser is often a point already
 evaluated, pending, or earlier in the same batch: hallucinating one more noisy
 evaluation there lowers its width only a little, and its mean keeps it on top.
-A user pays for every evaluation, so one step of the greedy batch
-(:func:`new_point_step`) is:
-
-1. ``x_new = argmax_{x not taken} u_t(x)``: the caller's step optimiser on the
-   batch UCB with the taken points ``T`` masked
-   (:meth:`~botorch_sketch.acquisition.BatchUpperConfidenceBound.set_X_avoid`);
-2. a taken point ``x_r in T`` is proposed again only if the model is sure it is
-   better than the best new point: its lower bound
-   ``l_t(x_r) = mu(x_r) - alpha sigma~_t(x_r)`` exceeds ``u_t(x_new)`` (the
-   elimination test of confidence-bound methods: no new point can then be the
-   maximiser, and the repeat narrows the width where the maximiser is). Among
-   such points the one with the largest ``u_t`` is taken.
+A user pays for every evaluation, so in one step of the greedy batch
+(:func:`new_point_step`) a taken point ``x_r in T`` is worth its lower bound
+``l_t(x_r) = mu(x_r) - alpha sigma~_t(x_r)`` instead of its UCB
+(:meth:`~botorch_sketch.acquisition.BatchUpperConfidenceBound.set_X_avoid`), and
+the caller's step optimiser maximises that. A repeat then wins only when the
+model is sure it is better than the best new point found, ``l_t(x_r) >
+u_t(x_new)`` (the elimination test of confidence-bound methods: no new point can
+then be the maximiser, and the repeat narrows the width where the maximiser is);
+otherwise the step takes the best new point.
 
 ``T`` is the model's training inputs, the caller's pending points and the batch
-so far, ``O(|T| m)`` per step to score.
+so far; matching costs ``O(|T| d)`` per evaluated point.
 """
 
 from __future__ import annotations
@@ -27,11 +24,7 @@ import logging
 import torch
 from torch import Tensor
 
-from botorch_sketch.acquisition.bbkb import (
-    AVOIDED_VALUE,
-    SAME_POINT_TOL,
-    BatchUpperConfidenceBound,
-)
+from botorch_sketch.acquisition.bbkb import SAME_POINT_TOL, BatchUpperConfidenceBound
 from botorch_sketch.models.nystrom import NystromGP
 
 logger = logging.getLogger(__name__)
@@ -70,7 +63,8 @@ def new_point_step(
         taken: ``t x d`` points evaluated, pending or in the batch.
 
     Returns:
-        ``(x, value)``: the point (``d``) and its UCB (scalar, unmasked).
+        ``(x, value)``: the point (``d``) and its value (the UCB of a new point,
+        the lower bound of a taken one).
     """
     acqf.set_X_avoid(taken)
     try:
@@ -78,22 +72,11 @@ def new_point_step(
     finally:
         acqf.set_X_avoid(None)
     x, value = x.detach().reshape(-1), value.detach().reshape(())
-    if taken.shape[0] == 0:
-        return x, value
-    with torch.no_grad():
-        is_new = float(torch.cdist(x.unsqueeze(0).to(taken), taken).min())
-        is_new = is_new > SAME_POINT_TOL and float(value) > AVOIDED_VALUE
-        best_new = float(value) if is_new else -torch.inf
-        X = taken.unsqueeze(-2).to(x)
-        ucb, lcb = acqf(X), acqf.lower_bound(X)
-    sure = lcb > best_new
-    if not bool(sure.any()):
-        return x, value
-    index = int(torch.where(sure, ucb, torch.full_like(ucb, -torch.inf)).argmax())
-    logger.debug(
-        "BBKB step %d: re-proposing a taken point (lower bound %.4g > best new %.4g).",
-        step,
-        float(lcb[index]),
-        best_new,
-    )
-    return taken[index].to(x), ucb[index]
+    if (
+        taken.shape[0] > 0
+        and float(torch.cdist(x.unsqueeze(0).to(taken), taken).min()) <= SAME_POINT_TOL
+    ):
+        logger.debug(
+            "BBKB step %d: a taken point again (lower bound %.4g).", step, float(value)
+        )
+    return x, value
