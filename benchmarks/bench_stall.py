@@ -11,9 +11,9 @@ final noiseless best per seed and variant.
 Variants (``--variant``) set module constants of
 :mod:`botorch_sketch.optim.adaptive_batch` before the run:
 
-- ``default``: the package as it is;
-- ``no-far``: ``THOMPSON_FAR_SHARE = 0`` (the whole Thompson fill over all
-  candidates, the fill before the far share);
+- ``default``: the package as it is (``THOMPSON_FAR_SHARE = 0``: the whole
+  Thompson fill over all candidates);
+- ``no-far``: ``THOMPSON_FAR_SHARE = 0`` explicitly;
 - ``far<p>``: ``THOMPSON_FAR_SHARE = p`` (e.g. ``far1`` or ``far0.75``).
 
 Writes one row per (variant, seed) to ``stall_hartmann6.csv`` (appending) and

@@ -35,9 +35,10 @@ the price of the rule's guarantee for those extra points (an extension). With
 points of a filled batch (fewer when the rule's own batch is longer) are instead
 the maximisers of independent posterior samples (parallel Thompson sampling,
 Kandasamy et al., AISTATS 2018) over a candidate set
-(:func:`thompson_fill_points`); a share ``THOMPSON_FAR_SHARE`` of them is drawn
-only from candidates away from the best observed points, so that every filled
-batch also samples the posterior outside the incumbent's basin. The Ax
+(:func:`thompson_fill_points`); a share ``THOMPSON_FAR_SHARE`` of them (0 by
+default) can be drawn only from candidates away from the best observed points, so
+that every filled batch also samples the posterior outside the incumbent's basin.
+The Ax
 strategies use ``f = 0.5``; here the default is ``0``. Measurements of these
 choices: ``benchmarks/results/bbkb_exploration.md`` and ``stall_hartmann6.md``.
 
@@ -140,7 +141,8 @@ THOMPSON_SEED_OFFSET = 104_729
 #: Share of the Thompson fill drawn away from the incumbent's basin: from the Sobol
 #: candidates farther than ``THOMPSON_FAR_RADIUS * sqrt(d)`` (box scaled to the
 #: unit cube) from every one of the ``THOMPSON_LOCAL_CENTERS`` best training points.
-THOMPSON_FAR_SHARE = 0.5
+#: Off by default (no measured gain; ``benchmarks/results/stall_hartmann6.md``).
+THOMPSON_FAR_SHARE = 0.0
 THOMPSON_FAR_RADIUS = 0.2
 
 

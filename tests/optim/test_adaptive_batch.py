@@ -562,9 +562,12 @@ def test_reused_restarts_leave_the_chosen_point(monkeypatch):
     assert closest_pair(stuck) < 1e-6
 
 
-def test_thompson_fill_draws_its_far_share_away_from_the_best_points(model):
+def test_thompson_fill_draws_its_far_share_away_from_the_best_points(
+    model, monkeypatch
+):
     """``THOMPSON_FAR_SHARE`` of the fill lies farther than the radius from every
     one of the best training points; the rest follows the posterior anywhere."""
+    monkeypatch.setattr(adaptive_batch, "THOMPSON_FAR_SHARE", 0.5)
     got = thompson_fill_points(model, BOUNDS, 8, seed=0)
     assert got.shape == (8, 2)
     assert torch.unique(got, dim=0).shape[0] == 8  # distinct
