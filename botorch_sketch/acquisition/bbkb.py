@@ -184,6 +184,13 @@ class _PendingBlock(NamedTuple):
 
 #: How pending points enter the variance (module docstring).
 HALLUCINATIONS = ("dictionary", "full")
+#: The one default of ``hallucination`` (here and in
+#: :func:`~botorch_sketch.optim.optimize_acqf_adaptive_batch`): conditioning on the
+#: pending points also lowers the variance outside the dictionary's span, so a
+#: greedy batch does not repeat a point far from the data.
+DEFAULT_HALLUCINATION = "full"
+#: Points closer than this (Euclidean, original input space) are the same point.
+SAME_POINT_TOL = 1e-9
 
 
 class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
@@ -215,7 +222,7 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
         posterior_transform: PosteriorTransform | None = None,
         maximize: bool = True,
         X_pending: Tensor | None = None,
-        hallucination: str = "dictionary",
+        hallucination: str = DEFAULT_HALLUCINATION,
     ) -> None:
         r"""Batch UCB with hallucinated pending points.
 
@@ -230,9 +237,10 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
             maximize: If ``False``, the mean enters with a minus sign.
             X_pending: ``p x d`` points selected but not yet evaluated (original
                 input space), hallucinated into the variance.
-            hallucination: ``"dictionary"`` (the paper's update through the frozen
-                embedding) or ``"full"`` (the batch-start posterior conditioned on
-                the pending points, Nyström residual included; module docstring).
+            hallucination: ``"full"`` (default, :data:`DEFAULT_HALLUCINATION`: the
+                batch-start posterior conditioned on the pending points, Nyström
+                residual included) or ``"dictionary"`` (the paper's update through
+                the frozen embedding); module docstring.
         """
         super().__init__(model=model, posterior_transform=posterior_transform)
         _validate_model(model)
@@ -250,6 +258,7 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
         self.register_buffer("alpha", alpha_t.reshape(()))
         self.maximize = maximize
         self._frozen: _FrozenCache | None = None
+        self.X_avoid: Tensor | None = None
         self.set_X_pending(X_pending)
 
     @classmethod
@@ -260,7 +269,7 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
         posterior_transform: PosteriorTransform | None = None,
         maximize: bool = True,
         X_pending: Tensor | None = None,
-        hallucination: str = "dictionary",
+        hallucination: str = DEFAULT_HALLUCINATION,
     ) -> BatchUpperConfidenceBound:
         r"""Build from BoTorch's UCB ``beta``: ``alpha = sqrt(beta * lam)``.
 
@@ -311,6 +320,27 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
                 )
         AcquisitionFunction.set_X_pending(self, X_pending)
 
+    def set_X_avoid(self, X_avoid: Tensor | None = None) -> None:
+        r"""Points at which :meth:`forward` returns the lower bound instead.
+
+        At a point of ``X_avoid`` (already evaluated, pending, or earlier in the
+        batch) the value is :meth:`lower_bound`, ``mu - alpha sigma~_t``: an
+        optimiser of this function then takes such a point only when the model is
+        sure it beats the best other point it finds (its lower bound above that
+        point's UCB). The variance is unaffected (``X_pending`` does that).
+
+        Args:
+            X_avoid: ``a x d`` points (original input space), or ``None``.
+        """
+        if X_avoid is not None and (
+            X_avoid.dim() != 2 or X_avoid.shape[-1] != _input_dim(self.model)
+        ):
+            raise ValueError(
+                f"X_avoid must be a x d with d={_input_dim(self.model)}, got "
+                f"{tuple(X_avoid.shape)}."
+            )
+        self.X_avoid = X_avoid
+
     # ------------------------------------------------------------------------------
     # Evaluation
     # ------------------------------------------------------------------------------
@@ -327,7 +357,27 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
         """
         mean, rls_var = self._mean_and_rls_variance(X)
         sigma = rls_var.clamp_min(MIN_RLS_VARIANCE).sqrt()
-        return (self._ucb_mean(mean) + self.alpha * sigma).squeeze(-1)
+        value = (self._ucb_mean(mean) + self.alpha * sigma).squeeze(-1)
+        if self.X_avoid is None or self.X_avoid.shape[0] == 0:
+            return value
+        flat = X.reshape(-1, X.shape[-1])
+        hit = torch.cdist(flat, self.X_avoid.to(flat)).min(dim=-1).values
+        hit = (hit <= SAME_POINT_TOL).reshape(value.shape)
+        lower = (self._ucb_mean(mean) - self.alpha * sigma).squeeze(-1)
+        return torch.where(hit, lower, value)
+
+    def lower_bound(self, X: Tensor) -> Tensor:
+        r"""``l(x) = s mu_fb(x) + o - alpha sigma~_t(x)``, the UCB's lower twin.
+
+        Args:
+            X: ``batch_shape x 1 x d`` points.
+
+        Returns:
+            A ``batch_shape`` tensor.
+        """
+        mean, rls_var = self._mean_and_rls_variance(X)
+        sigma = rls_var.clamp_min(MIN_RLS_VARIANCE).sqrt()
+        return (self._ucb_mean(mean) - self.alpha * sigma).squeeze(-1)
 
     def batch_state(
         self, choices: Tensor, chunk_size: int = STATE_CHUNK_SIZE

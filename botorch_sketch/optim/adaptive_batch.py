@@ -30,18 +30,17 @@ posterior variance at the UCB maximisers falls below the noise. A user with ``k`
 parallel workers sets ``min_batch_size=k``: the batch then continues past the
 rule's stop with the next points of the same greedy sequence (the UCB with the
 batch so far hallucinated, i.e. GP-BUCB's batch), which keeps the workers busy at
-the price of the rule's guarantee for those extra points (an extension, measured
-in ``benchmarks/results/ax_workers.md``). With ``thompson_fill = f > 0`` (box
-only) the last ``floor(f (min_batch_size - 1))`` points of a filled batch (fewer
-when the rule's own batch is longer) are instead the maximisers of independent
-posterior samples (parallel Thompson sampling, Kandasamy et al., AISTATS 2018)
-over a candidate set
-(:func:`thompson_fill_points`). On noisy Hartmann6 with 50-point batches, half
-of the fill by Thompson sampling reached the global basin within 505 trials on 8
-of 12 seeds, as the greedy sequence alone did, but sooner (8 against 4 seeds by
-trial 255) and at 0.7x the time; with 8 workers over 8 seeds its simple regret
-was 0.078 against 0.185 (``benchmarks/results/bbkb_exploration.md``, section 8).
-The Ax strategies use ``f = 0.5``; here the default is ``0``.
+the price of the rule's guarantee for those extra points (an extension). With
+``thompson_fill = f > 0`` (box only) the last ``floor(f (min_batch_size - 1))``
+points of a filled batch (fewer when the rule's own batch is longer) are instead
+the maximisers of independent posterior samples (parallel Thompson sampling,
+Kandasamy et al., AISTATS 2018) over a candidate set
+(:func:`thompson_fill_points`); a share ``THOMPSON_FAR_SHARE`` of them (0 by
+default) can be drawn only from candidates away from the best observed points, so
+that every filled batch also samples the posterior outside the incumbent's basin.
+The Ax
+strategies use ``f = 0.5``; here the default is ``0``. Measurements of these
+choices: ``benchmarks/results/bbkb_exploration.md`` and ``stall_hartmann6.md``.
 
 Domains:
 
@@ -49,8 +48,7 @@ Domains:
   lazy UCB evaluation does not apply (spec Sec. 11.4). Its continuous
   counterpart here: the first point starts from ``raw_samples`` Sobol points,
   each later one from the previous step's local maxima, perturbed
-  (``reuse_restarts``): a 50-point batch at ``n = 4,000`` on Hartmann6 took
-  2.3-2.5 s instead of 5.3-6.1 s of CPU, with a summed UCB 1-4 % lower.
+  (``reuse_restarts``), which costs far fewer acquisition evaluations.
   Pending points (the caller's and the batch so far) are hallucinated by
   conditioning the batch-start posterior on them (``hallucination="full"``,
   GP-BUCB's update, Nyström residual included;
@@ -58,8 +56,12 @@ Domains:
   the frozen embedding (``"dictionary"``) leaves the variance outside the
   dictionary's span untouched: a batch filled past the rule's stop
   (``min_batch_size``) early in a run, or next to pending trials of other
-  workers, was one point repeated (issue 15,
-  ``benchmarks/results/bbkb_exploration.md``);
+  workers, would be one point repeated;
+- any domain through a caller's ``step_optimizer`` (Ax's discrete, mixed or
+  constrained optimisers): each step takes the best point not yet evaluated,
+  pending or in the batch, and proposes a taken one again only when the model
+  is sure it beats every new point (``prefer_new_points``,
+  :mod:`botorch_sketch.optim.new_points`);
 - a finite set (``choices``): BBKB's finite-arm engine. The batch UCB over the
   rows becomes a frozen engine state
   (:meth:`~botorch_sketch.acquisition.BatchUpperConfidenceBound.batch_state`,
@@ -87,7 +89,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -99,24 +100,33 @@ from botorch.optim.optimize import optimize_acqf
 from botorch.utils.sampling import draw_sobol_samples, manual_seed
 from torch import Tensor
 
-from botorch_sketch.acquisition.bbkb import HALLUCINATIONS, BatchUpperConfidenceBound
+from botorch_sketch.acquisition.bbkb import (
+    DEFAULT_HALLUCINATION,
+    BatchUpperConfidenceBound,
+)
 from botorch_sketch.bbkb.selection import StepRecord, select_batch
-from botorch_sketch.bbkb.stopping import GlobalLocalRule, StoppingRule, make_rule
+from botorch_sketch.bbkb.stopping import GlobalLocalRule, StoppingRule
 from botorch_sketch.generation.thompson import EmbeddingThompsonSampling
 from botorch_sketch.models.nystrom import NystromGP
+from botorch_sketch.optim.adaptive_batch_inputs import (
+    DEFAULT_C,
+    AdaptiveBatchInputs,
+    StepOptimizer,
+)
+from botorch_sketch.optim.new_points import new_point_step, observed_inputs
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["StepOptimizer", "optimize_acqf_adaptive_batch", "thompson_fill_points"]
-
-#: ``step_optimizer(acqf, step) -> (x, value)``: one greedy step over the domain.
-StepOptimizer = Callable[[BatchUpperConfidenceBound, int], tuple[Tensor, Tensor]]
-
-#: Default threshold ``C~`` when ``rule`` is given by name (spec Sec. 5.4).
-DEFAULT_C = 2.0
+__all__ = [
+    "DEFAULT_C",
+    "AdaptiveBatchInputs",
+    "StepOptimizer",
+    "optimize_acqf_adaptive_batch",
+    "thompson_fill_points",
+]
 
 #: Perturbation of reused restarts, as a fraction of each box side
-#: (``reuse_restarts``; 0.02 and 0.1 measured, 0.1 kept: closer summed UCB).
+#: (``reuse_restarts``).
 RESTART_JITTER = 0.1
 
 #: Candidates of the Thompson-sampling fill (:func:`thompson_fill_points`): Sobol
@@ -128,6 +138,12 @@ THOMPSON_LOCAL_PER_CENTER = 64
 THOMPSON_LOCAL_STEP = 0.05
 #: Offset of the fill's seed from the batch's ``seed`` (its own random stream).
 THOMPSON_SEED_OFFSET = 104_729
+#: Share of the Thompson fill drawn away from the incumbent's basin: from the Sobol
+#: candidates farther than ``THOMPSON_FAR_RADIUS * sqrt(d)`` (box scaled to the
+#: unit cube) from every one of the ``THOMPSON_LOCAL_CENTERS`` best training points.
+#: Off by default (no measured gain; ``benchmarks/results/stall_hartmann6.md``).
+THOMPSON_FAR_SHARE = 0.0
+THOMPSON_FAR_RADIUS = 0.2
 
 
 def optimize_acqf_adaptive_batch(
@@ -150,9 +166,10 @@ def optimize_acqf_adaptive_batch(
     min_batch_size: int = 1,
     step_optimizer: StepOptimizer | None = None,
     reference_points: Tensor | None = None,
-    hallucination: str = "full",
+    hallucination: str = DEFAULT_HALLUCINATION,
     reuse_restarts: bool = True,
     thompson_fill: float = 0.0,
+    prefer_new_points: bool = True,
 ) -> tuple[Tensor, Tensor]:
     r"""Generate one BBKB batch whose size is chosen by a stopping rule.
 
@@ -223,112 +240,142 @@ def optimize_acqf_adaptive_batch(
             ``"dictionary"`` (through the frozen embedding, the paper's and the
             finite-set engine's update); see
             :class:`~botorch_sketch.acquisition.BatchUpperConfidenceBound`.
+            The default, ``"full"``, is the acquisition function's default too
+            (:data:`~botorch_sketch.acquisition.bbkb.DEFAULT_HALLUCINATION`); the
+            finite-set path always uses the engine's update through the embedding.
+
+        prefer_new_points: With a ``step_optimizer``, each step takes the best
+            point not yet evaluated (the model's training inputs), pending or in
+            the batch, and proposes such a point again only when its lower
+            confidence bound exceeds the best new point's UCB
+            (:mod:`botorch_sketch.optim.new_points`). ``False``: the plain
+            argmax of the batch UCB. Ignored on a plain box and on ``choices``
+            (there ``allow_repeats`` decides).
 
     Returns:
         ``(candidates, acq_values)``: a ``k x d`` tensor of points in selection order
         and the ``k`` UCB values at selection (with the batch so far hallucinated;
         for Thompson-sampling points the batch-start UCB),
         ``1 <= k <= max_batch_size``.
+
+    Raises:
+        TypeError: If ``model`` is not a ``NystromGP``.
+        ValueError: If another input is invalid (named in the message), before
+            any model evaluation (:class:`AdaptiveBatchInputs`).
     """
-    flags = {"allow_repeats": allow_repeats, "reuse_restarts": reuse_restarts}
-    for name, flag in flags.items():
-        if not isinstance(flag, bool):  # e.g. the string "False" would be truthy
-            raise ValueError(f"{name} must be a bool, got {flag!r}.")
-    rule = _resolve_rule(rule, C)
-    d = _validate_inputs(
-        model, bounds, max_batch_size, X_pending, choices, allow_repeats, num_restarts
+    inputs = AdaptiveBatchInputs(
+        model=model,
+        bounds=bounds,
+        rule=rule,
+        alpha=alpha,
+        max_batch_size=max_batch_size,
+        num_restarts=num_restarts,
+        raw_samples=raw_samples,
+        X_pending=X_pending,
+        choices=choices,
+        allow_repeats=allow_repeats,
+        options=options,
+        posterior_transform=posterior_transform,
+        maximize=maximize,
+        C=C,
+        num_reference_points=num_reference_points,
+        seed=seed,
+        min_batch_size=min_batch_size,
+        step_optimizer=step_optimizer,
+        reference_points=reference_points,
+        hallucination=hallucination,
+        reuse_restarts=reuse_restarts,
+        thompson_fill=thompson_fill,
+        prefer_new_points=prefer_new_points,
     )
-    if hallucination not in HALLUCINATIONS:  # checked on the choices path too
-        raise ValueError(
-            f"hallucination must be one of {HALLUCINATIONS}, got {hallucination!r}."
-        )
-    if isinstance(min_batch_size, bool) or not (
-        isinstance(min_batch_size, int) and 1 <= min_batch_size <= max_batch_size
-    ):
-        raise ValueError(
-            "min_batch_size must be an int in [1, max_batch_size = "
-            f"{max_batch_size}], got {min_batch_size!r}."
-        )
-    if isinstance(thompson_fill, bool) or not (
-        isinstance(thompson_fill, int | float) and 0.0 <= thompson_fill <= 1.0
-    ):
-        raise ValueError(
-            f"thompson_fill must be a number in [0, 1], got {thompson_fill!r}."
-        )
-    if thompson_fill > 0 and (choices is not None or step_optimizer is not None):
-        raise ValueError(
-            "thompson_fill > 0 needs a box domain (bounds) without choices or "
-            "step_optimizer; got "
-            + ("choices." if choices is not None else "a step_optimizer.")
-        )
-    # The greedy sequence's own floor; Thompson samples fill the rest.
-    greedy_min = min_batch_size - math.floor(thompson_fill * (min_batch_size - 1))
-    if not (isinstance(num_reference_points, int) and num_reference_points >= 1):
-        raise ValueError(
-            "num_reference_points must be a positive int, got "
-            f"{num_reference_points!r}."
-        )
+    if inputs.choices is not None:
+        return _batch_from_choices(inputs)
+    return _batch_on_domain(inputs)
+
+
+def _batch_from_choices(inputs: AdaptiveBatchInputs) -> tuple[Tensor, Tensor]:
+    r"""The finite-set path: BBKB's engine over the rows of ``inputs.choices``."""
+    start = BatchUpperConfidenceBound(
+        inputs.model,
+        inputs.alpha,
+        inputs.posterior_transform,
+        inputs.maximize,
+        X_pending=inputs.X_pending,
+        hallucination="dictionary",  # the engine's update (batch_state)
+    )
+    return _select_from_choices(
+        start,
+        inputs.choices.to(inputs.model.compute_dtype),
+        inputs.rule,
+        max_batch_size=inputs.max_batch_size,
+        min_batch_size=inputs.min_batch_size,
+        allow_repeats=inputs.allow_repeats,
+    )
+
+
+def _batch_on_domain(inputs: AdaptiveBatchInputs) -> tuple[Tensor, Tensor]:
+    r"""The box path (``optimize_acqf`` per step) or a caller's ``step_optimizer``.
+
+    With a ``step_optimizer`` (discrete, mixed or constrained domains) every step
+    takes the best point not yet evaluated, pending or in the batch, unless the
+    model is sure a repeat is better (:func:`_prefer_new_point`).
+    """
+    model, rule, seed = inputs.model, inputs.rule, inputs.seed
     dtype = model.compute_dtype
-    if choices is not None:
-        start = BatchUpperConfidenceBound(
-            model, alpha, posterior_transform, maximize, X_pending=X_pending
-        )
-        return _select_from_choices(
-            start,
-            choices.to(dtype),
-            rule,
-            max_batch_size=max_batch_size,
-            min_batch_size=min_batch_size,
-            allow_repeats=allow_repeats,
-        )
-    if seed is None:
-        seed = int(torch.randint(2**31 - 1, (1,)))
     start, acqf = (
         BatchUpperConfidenceBound(
             model,
-            alpha,
-            posterior_transform,
-            maximize,
-            X_pending=X_pending,
-            hallucination=hallucination,
+            inputs.alpha,
+            inputs.posterior_transform,
+            inputs.maximize,
+            X_pending=inputs.X_pending,
+            hallucination=inputs.hallucination,
         )
         for _ in range(2)
     )
     is_local = isinstance(rule, GlobalLocalRule)
-    bounds = bounds.to(dtype)
+    bounds = inputs.bounds.to(dtype)
     reference = None
-    if is_local and reference_points is not None:
-        reference = reference_points.to(dtype)
+    if is_local and inputs.reference_points is not None:
+        reference = inputs.reference_points.to(dtype)
     elif is_local:
         reference = draw_sobol_samples(
-            bounds, n=num_reference_points, q=1, seed=seed + 7919
+            bounds, n=inputs.num_reference_points, q=1, seed=seed + 7919
         ).squeeze(-2)
-    state = _RuleState(start, reference=reference, num_slots=max_batch_size)
+    state = _RuleState(start, reference=reference, num_slots=inputs.max_batch_size)
     rule.start(state)
-    base = None if X_pending is None else X_pending.to(dtype)
+    base = None if inputs.X_pending is None else inputs.X_pending.to(dtype)
+    taken = None
+    if inputs.step_optimizer is not None and inputs.prefer_new_points:
+        taken = observed_inputs(model)
+        taken = taken if base is None else torch.cat([taken, base.to(taken)])
     points: list[Tensor] = []
     values: list[Tensor] = []
     stopped = False  # the rule's stop; the batch may go on up to min_batch_size
     finals = None  # the previous step's local maxima (box path)
-    for step in range(max_batch_size):
+    for step in range(inputs.max_batch_size):
         if points:
             batch = torch.stack(points)
             acqf.set_X_pending(batch if base is None else torch.cat([base, batch]))
-        if step_optimizer is None:
-            x, value, finals = _optimize_box(
+        if inputs.step_optimizer is None:
+            x, value, finals = _argmax_box(
                 acqf,
                 bounds,
-                num_restarts,
-                raw_samples,
-                options,
+                inputs.num_restarts,
+                inputs.raw_samples,
+                inputs.options,
                 seed + step,
                 starts=None
-                if finals is None or not reuse_restarts
+                if finals is None or not inputs.reuse_restarts
                 else _restart_points(finals, bounds, seed + step),
             )
-        else:
-            x, value = step_optimizer(acqf, step)
+        elif taken is None:
+            x, value = inputs.step_optimizer(acqf, step)
             x, value = x.detach().reshape(-1).to(dtype), value.detach().reshape(())
+        else:
+            x, value = new_point_step(acqf, inputs.step_optimizer, step, taken)
+            x, value = x.to(dtype), value.to(dtype)
+            taken = torch.cat([taken, x.unsqueeze(0).to(taken)])
         arm = state.add_point(step, x)
         points.append(x)
         values.append(value)
@@ -346,7 +393,7 @@ def optimize_acqf_adaptive_batch(
                 rule.bound,
                 stopped,
             )
-        if stopped and len(points) >= greedy_min:
+        if stopped and len(points) >= inputs.greedy_min:
             break
     logger.info(
         "BBKB batch of %d point(s) (rule %s, C=%g, bound %.4g).",
@@ -355,16 +402,16 @@ def optimize_acqf_adaptive_batch(
         rule.C,
         rule.bound,
     )
-    candidates = torch.stack(points).reshape(-1, d)
+    candidates = torch.stack(points).reshape(-1, inputs.d)
     values = torch.stack(values).reshape(-1)
-    num_thompson = min_batch_size - candidates.shape[0]
+    num_thompson = inputs.min_batch_size - candidates.shape[0]
     if num_thompson > 0:
         sampled = thompson_fill_points(
             model,
             bounds,
             num_thompson,
-            posterior_transform=posterior_transform,
-            maximize=maximize,
+            posterior_transform=inputs.posterior_transform,
+            maximize=inputs.maximize,
             seed=seed + THOMPSON_SEED_OFFSET,
         )
         with torch.no_grad():
@@ -427,28 +474,35 @@ def thompson_fill_points(
     sobol = draw_sobol_samples(bounds, n=THOMPSON_SOBOL_POINTS, q=1, seed=seed).squeeze(
         -2
     )
-    candidates = torch.cat([sobol, _near_best_points(model, bounds, transform, seed)])
-    sampler = EmbeddingThompsonSampling(
-        model, posterior_transform=transform, replacement=False, seed=seed
-    )
-    return sampler(candidates, num_samples=num_points)
+    centers = _best_points(model, transform)
+    candidates = torch.cat([sobol, _near_points(centers, bounds, seed)])
+    far = _far_mask(sobol, centers, bounds)
+    num_far = min(math.floor(THOMPSON_FAR_SHARE * num_points), int(far.sum()))
+    picked = []
+    if num_far > 0:
+        sampler = EmbeddingThompsonSampling(
+            model, posterior_transform=transform, replacement=False, seed=seed + 2
+        )
+        picked.append(sampler(sobol[far], num_samples=num_far))
+        keep = torch.ones(candidates.shape[0], dtype=torch.bool, device=far.device)
+        keep[: sobol.shape[0]] = ~far  # the far rows not drawn stay out: distinct
+        candidates = candidates[keep]
+    if num_points > num_far:
+        sampler = EmbeddingThompsonSampling(
+            model, posterior_transform=transform, replacement=False, seed=seed
+        )
+        picked.append(sampler(candidates, num_samples=num_points - num_far))
+    return torch.cat(picked)
 
 
-def _near_best_points(
-    model: NystromGP,
-    bounds: Tensor,
-    transform: ScalarizedPosteriorTransform,
-    seed: int,
-) -> Tensor:
-    r"""Gaussian steps around the best training points (:func:`thompson_fill_points`).
+def _best_points(model: NystromGP, transform: ScalarizedPosteriorTransform) -> Tensor:
+    r"""The ``THOMPSON_LOCAL_CENTERS`` training points with the best outcome.
 
     The training inputs are taken back to the model's input space through its
-    input transform; an input transform without ``untransform`` gives no local
-    candidates (the Sobol points remain).
+    input transform; an input transform without ``untransform`` gives none.
 
     Returns:
-        A ``k x d`` tensor (``k = THOMPSON_LOCAL_CENTERS x
-        THOMPSON_LOCAL_PER_CENTER`` at most).
+        A ``k x d`` tensor, ``k <= THOMPSON_LOCAL_CENTERS``.
     """
     X = model.train_inputs[0]
     transform_in = getattr(model, "input_transform", None)
@@ -456,22 +510,52 @@ def _near_best_points(
         try:
             X = transform_in.untransform(X)
         except NotImplementedError:
-            return bounds.new_zeros(0, bounds.shape[-1])
+            return X.new_zeros(0, X.shape[-1])
     Y = model.train_targets.reshape(-1, X.shape[-2]).mT  # n x m, model units
     scores = Y.to(X) @ transform.weights.to(X)
-    centers = X[torch.topk(scores, min(THOMPSON_LOCAL_CENTERS, X.shape[-2])).indices]
-    gen = torch.Generator(device=X.device).manual_seed(seed + 1)
+    return X[torch.topk(scores, min(THOMPSON_LOCAL_CENTERS, X.shape[-2])).indices]
+
+
+def _far_mask(points: Tensor, centers: Tensor, bounds: Tensor) -> Tensor:
+    r"""Which of ``points`` (``A x d``) lie away from every one of ``centers``.
+
+    Distances are Euclidean in the box scaled to the unit cube; "away" is farther
+    than ``THOMPSON_FAR_RADIUS * sqrt(d)``. Without centers every point is away.
+
+    Returns:
+        A boolean tensor of ``A`` entries.
+    """
+    if centers.shape[0] == 0:
+        return torch.ones(points.shape[0], dtype=torch.bool, device=points.device)
+    scale = (bounds[1] - bounds[0]).clamp_min(torch.finfo(bounds.dtype).tiny)
+    dist = torch.cdist(points / scale, centers.to(points) / scale)
+    radius = THOMPSON_FAR_RADIUS * math.sqrt(points.shape[-1])
+    return dist.min(dim=-1).values > radius
+
+
+def _near_points(centers: Tensor, bounds: Tensor, seed: int) -> Tensor:
+    r"""Gaussian steps around ``centers`` (:func:`thompson_fill_points`).
+
+    ``THOMPSON_LOCAL_PER_CENTER`` steps of ``THOMPSON_LOCAL_STEP`` times the box
+    side around each centre, clamped to the box.
+
+    Returns:
+        A ``k x d`` tensor (``k = centers x THOMPSON_LOCAL_PER_CENTER``).
+    """
+    d = bounds.shape[-1]
+    centers = centers.to(bounds)
+    gen = torch.Generator(device=bounds.device).manual_seed(seed + 1)
     steps = torch.randn(
         centers.shape[0],
         THOMPSON_LOCAL_PER_CENTER,
-        X.shape[-1],
+        d,
         generator=gen,
-        dtype=X.dtype,
-        device=X.device,
+        dtype=bounds.dtype,
+        device=bounds.device,
     )
     near = centers.unsqueeze(1) + THOMPSON_LOCAL_STEP * (bounds[1] - bounds[0]) * steps
     near = torch.minimum(torch.maximum(near, bounds[0]), bounds[1])
-    return near.reshape(-1, X.shape[-1])
+    return near.reshape(-1, d)
 
 
 # ---------------------------------------------------------------------------------
@@ -513,6 +597,11 @@ class _RuleState:
         self.s2_0 = torch.cat([s2_ref.reshape(-1), slots])
         self._points: dict[int, Tensor] = {}
 
+    @property
+    def start(self) -> BatchUpperConfidenceBound:
+        r"""The batch-start UCB (the caller's pending points only)."""
+        return self._start
+
     def add_point(self, step: int, x: Tensor) -> int:
         r"""Store batch point ``x`` (``d``) in slot ``step``; return its arm index."""
         arm = self.n_ref + step
@@ -553,8 +642,8 @@ def _batch_points_bound(
     """
     X = torch.stack(points)
     with torch.no_grad():
-        K = state._start.rls_covariance(X, X)
-        s2 = state._start.rls_variance(X).clamp_min(torch.finfo(X.dtype).tiny)
+        K = state.start.rls_covariance(X, X)
+        s2 = state.start.rls_variance(X).clamp_min(torch.finfo(X.dtype).tiny)
     G = 1.0 + float(s2.sum())
     ratios = torch.clamp(K.pow(2).sum(-1) / s2, max=G - 1.0)
     return 1.0 + float(ratios.max())
@@ -569,7 +658,7 @@ def _restart_points(finals: Tensor, bounds: Tensor, seed: int) -> Tensor:
     r"""The previous step's local maxima, perturbed: the next step's starts.
 
     The next step's hallucinated variance is smallest at the point just chosen,
-    yet L-BFGS-B started exactly there often ends there (measured: repeated
+    yet L-BFGS-B started exactly there often ends there (repeated
     points; at a corner of the box, where the maximisers of a variance-dominated
     UCB sit, the projected gradient keeps it). Each start is moved by a seeded
     Gaussian step of ``RESTART_JITTER`` times the box side per coordinate and
@@ -591,7 +680,7 @@ def _restart_points(finals: Tensor, bounds: Tensor, seed: int) -> Tensor:
     return torch.minimum(torch.maximum(moved, bounds[0]), bounds[1])
 
 
-def _optimize_box(
+def _argmax_box(
     acqf: BatchUpperConfidenceBound,
     bounds: Tensor,
     num_restarts: int,
@@ -681,78 +770,3 @@ def _select_from_choices(
         [rec.ucb for rec in records], dtype=choices.dtype, device=choices.device
     )
     return choices[idx], values
-
-
-# ---------------------------------------------------------------------------------
-# Validation
-# ---------------------------------------------------------------------------------
-
-
-def _resolve_rule(rule: StoppingRule | str, C: float | None) -> StoppingRule:
-    if isinstance(rule, StoppingRule):
-        if C is not None and float(C) != rule.C:
-            raise ValueError(
-                f"C={C} conflicts with the threshold C={rule.C} of the given rule."
-            )
-        return rule
-    if not isinstance(rule, str):
-        raise ValueError(
-            f"rule must be a StoppingRule or a rule name, got {type(rule).__name__}."
-        )
-    return make_rule(rule, DEFAULT_C if C is None else C)
-
-
-def _validate_inputs(
-    model: NystromGP,
-    bounds: Tensor | None,
-    max_batch_size: int,
-    X_pending: Tensor | None,
-    choices: Tensor | None,
-    allow_repeats: bool,
-    num_restarts: int,
-) -> int:
-    r"""Raise ``ValueError`` naming the problem; return the input dimension ``d``."""
-    if isinstance(max_batch_size, bool) or not (
-        isinstance(max_batch_size, int) and max_batch_size >= 1
-    ):
-        raise ValueError(f"max_batch_size must be an int >= 1, got {max_batch_size!r}.")
-    d = model.input_dim
-    if bounds is None and choices is None:
-        raise ValueError("give either `bounds` (a box) or `choices` (a finite set).")
-    if bounds is not None:
-        if bounds.dim() != 2 or bounds.shape[0] != 2:
-            raise ValueError(f"bounds must be 2 x d, got {tuple(bounds.shape)}.")
-        if bounds.shape[-1] != d:
-            raise ValueError(
-                f"bounds has dimension {bounds.shape[-1]} but the model has d={d}."
-            )
-        if not bool(torch.isfinite(bounds).all()) or bool(
-            (bounds[0] > bounds[1]).any()
-        ):
-            raise ValueError("bounds must be finite with lower <= upper.")
-    if choices is not None:
-        if choices.dim() != 2:
-            raise ValueError(f"choices must be A x d, got {tuple(choices.shape)}.")
-        if choices.shape[0] == 0:
-            raise ValueError("choices is empty.")
-        if choices.shape[-1] != d:
-            raise ValueError(
-                f"choices has dimension {choices.shape[-1]} but the model has d={d}."
-            )
-        if bounds is not None and choices.shape[-1] != bounds.shape[-1]:
-            raise ValueError("bounds and choices have different dimensions.")
-        if not bool(torch.isfinite(choices).all()):
-            raise ValueError("choices contains NaN or Inf.")
-    elif not allow_repeats:
-        raise ValueError(
-            "allow_repeats=False needs a finite `choices` set; optimize_acqf on a box "
-            "cannot exclude points."
-        )
-    else:
-        if not (isinstance(num_restarts, int) and num_restarts >= 1):
-            raise ValueError(f"num_restarts must be an int >= 1, got {num_restarts!r}.")
-    if X_pending is not None and (X_pending.dim() != 2 or X_pending.shape[-1] != d):
-        raise ValueError(
-            f"X_pending must be p x d with d={d}, got {tuple(X_pending.shape)}."
-        )
-    return d

@@ -93,7 +93,9 @@ def test_pending_variance_equals_conditioned_model(standardize):
     model = make_model(standardize=standardize)
     alpha = 1.3
     Xp = torch.rand(5, 2, dtype=DT)
-    acqf = BatchUpperConfidenceBound(model, alpha=alpha, X_pending=Xp)
+    acqf = BatchUpperConfidenceBound(
+        model, alpha=alpha, X_pending=Xp, hallucination="dictionary"
+    )
     X = torch.rand(7, 1, 2, dtype=DT)
     cond = model.condition_on_observations(Xp, model.posterior(Xp).mean.detach())
     var_c = cond.posterior(X).variance.reshape(-1).detach()
@@ -143,7 +145,9 @@ def test_full_hallucination_conditions_the_posterior(standardize, dictionary):
     assert (full.rls_variance(Xp) < 1.0).all()
     assert (full.rls_variance(Xp + 0.01) < 1.5).all()
     if dictionary is None:
-        dict_only = BatchUpperConfidenceBound(model, 1.0, X_pending=Xp)
+        dict_only = BatchUpperConfidenceBound(
+            model, 1.0, X_pending=Xp, hallucination="dictionary"
+        )
         assert dict_only.rls_variance(Xp).max() > 10.0
     # Covariances follow the same conditioning; the mean stays frozen.
     cov = full.rls_covariance(X, X).detach()
@@ -290,7 +294,9 @@ def test_batch_state_is_the_ucb_over_the_rows(standardize, maximize):
     choices = torch.rand(50, 2, generator=g, dtype=DT)
     Xp = torch.rand(3, 2, generator=g, dtype=DT)  # pending: not rows of choices
     alpha = 0.7
-    acqf = BatchUpperConfidenceBound(model, alpha, maximize=maximize, X_pending=Xp)
+    acqf = BatchUpperConfidenceBound(
+        model, alpha, maximize=maximize, X_pending=Xp, hallucination="dictionary"
+    )
     state = acqf.batch_state(choices, chunk_size=16)  # several chunks
     with torch.no_grad():
         torch.testing.assert_close(

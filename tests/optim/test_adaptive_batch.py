@@ -319,9 +319,10 @@ def test_thompson_fill_completes_the_batch_after_the_greedy_points(model, fill):
     assert torch.equal(again, got)  # seeded
 
 
-def test_thompson_fill_points_follow_the_posterior(model):
+def test_thompson_fill_points_follow_the_posterior(model, monkeypatch):
     """Maximisers of posterior samples sit where the posterior mean is high, and
-    minimisers (maximize=False) where it is low."""
+    minimisers (maximize=False) where it is low (without the far share)."""
+    monkeypatch.setattr(adaptive_batch, "THOMPSON_FAR_SHARE", 0.0)
     high = thompson_fill_points(model, BOUNDS, 8, seed=0)
     low = thompson_fill_points(model, BOUNDS, 8, maximize=False, seed=0)
     grid = torch.rand(2000, 2, generator=torch.Generator().manual_seed(1), dtype=DT)
@@ -372,6 +373,7 @@ def direct_batch(model, choices, rule, allow_repeats, X_pending, **kw):
         step_optimizer=scan,
         reference_points=choices,
         hallucination="dictionary",  # the engine's update
+        prefer_new_points=False,  # the plain argmax
         **kw,
     )
     return rows, values
@@ -558,3 +560,21 @@ def test_reused_restarts_leave_the_chosen_point(monkeypatch):
     monkeypatch.setattr(adaptive_batch, "RESTART_JITTER", 0.0)
     stuck, _ = optimize_acqf_adaptive_batch(m, bounds, "global", **kw)
     assert closest_pair(stuck) < 1e-6
+
+
+def test_thompson_fill_draws_its_far_share_away_from_the_best_points(
+    model, monkeypatch
+):
+    """``THOMPSON_FAR_SHARE`` of the fill lies farther than the radius from every
+    one of the best training points; the rest follows the posterior anywhere."""
+    monkeypatch.setattr(adaptive_batch, "THOMPSON_FAR_SHARE", 0.5)
+    got = thompson_fill_points(model, BOUNDS, 8, seed=0)
+    assert got.shape == (8, 2)
+    assert torch.unique(got, dim=0).shape[0] == 8  # distinct
+    X, Y = model.train_inputs[0], model.train_targets
+    k = min(adaptive_batch.THOMPSON_LOCAL_CENTERS, X.shape[0])
+    best = X[torch.topk(Y, k).indices]
+    radius = adaptive_batch.THOMPSON_FAR_RADIUS * 2**0.5
+    num_far = int(adaptive_batch.THOMPSON_FAR_SHARE * 8)
+    dist = torch.cdist(got, best).min(-1).values
+    assert num_far >= 1 and (dist[:num_far] > radius).all()

@@ -1,0 +1,203 @@
+"""Repeated configurations in filled "bbkb" batches on a tabular discrete problem.
+
+What is measured, and why: issue 24 reports that on a tabular HPO benchmark (9
+ordinal/categorical parameters) 50-point "bbkb" batches re-ran configurations
+already evaluated, up to 48 of 50 inside one batch. This script builds a tabular
+problem of the same shape with a known objective and counts, per run, the
+evaluations of a configuration already evaluated (or earlier in its batch), next
+to the simple regret of the best evaluated configuration.
+
+Problem: 5 ordinal parameters with 4 levels, 2 ordinal with 3 levels and 2
+categorical ones with 3 and 4 levels (4^5 3^2 3 4 = 110,592 configurations).
+``f(x) = -sum_i w_i (u_i - c_i)^2 + b[cat1] + b'[cat2] + 0.3 u_0 u_1`` with
+``u_i`` the ordinal level scaled to [0, 1]; observations ``f + N(0, 0.05^2)``,
+maximised. The optimum is found by enumeration.
+
+Variants: ``new-points`` (the package: ``prefer_new_points=True``) and
+``plain`` (``prefer_new_points=False``: the plain argmax of the batch UCB,
+the behaviour the issue reports), patched into the Ax acquisition's call.
+
+Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_discrete_repeats.py --seeds 0 \
+        --trials 300 --variants new-points,plain
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness  # noqa: E402
+from ax import ChoiceParameterConfig, Client  # noqa: E402
+from ax_hartmann import quiet  # noqa: E402
+
+import botorch_sketch.ax.acquisition as ax_acquisition  # noqa: E402
+from botorch_sketch.ax import get_generation_strategy  # noqa: E402
+from botorch_sketch.ax.trials import get_next_batch  # noqa: E402
+
+ORDINAL = [4, 4, 4, 4, 4, 3, 3]
+CATEGORICAL = [3, 4]
+CENTER = [0.7, 0.3, 0.6, 1.0, 0.0, 0.5, 1.0]
+WEIGHT = [1.0, 0.8, 0.6, 0.5, 0.4, 0.3, 0.2]
+CAT_EFFECT = [[0.0, 0.25, -0.1], [0.0, -0.2, 0.15, 0.3]]
+NOISE_SD = 0.05
+BATCH = 50
+CSV = "discrete_repeats.csv"
+
+
+def value(cfg: dict) -> float:
+    """The noiseless objective of one configuration (maximised)."""
+    u = [cfg[f"o{i}"] / (n - 1) for i, n in enumerate(ORDINAL)]
+    f = -sum(w * (ui - c) ** 2 for w, ui, c in zip(WEIGHT, u, CENTER, strict=True))
+    f += sum(CAT_EFFECT[j][int(cfg[f"c{j}"][1:])] for j in range(len(CATEGORICAL)))
+    return f + 0.3 * u[0] * u[1]
+
+
+def optimum() -> float:
+    """The best noiseless value, by enumeration."""
+    levels = [range(n) for n in ORDINAL] + [range(n) for n in CATEGORICAL]
+    best = -float("inf")
+    for combo in itertools.product(*levels):
+        cfg = {f"o{i}": combo[i] for i in range(len(ORDINAL))}
+        cfg |= {f"c{j}": f"k{combo[len(ORDINAL) + j]}" for j in range(len(CATEGORICAL))}
+        best = max(best, value(cfg))
+    return best
+
+
+def new_client(seed: int) -> Client:
+    """The tabular problem as an ``ax.Client`` experiment."""
+    client = Client(random_seed=seed)
+    params = [
+        ChoiceParameterConfig(
+            name=f"o{i}", parameter_type="int", values=list(range(n)), is_ordered=True
+        )
+        for i, n in enumerate(ORDINAL)
+    ] + [
+        ChoiceParameterConfig(
+            name=f"c{j}",
+            parameter_type="str",
+            values=[f"k{v}" for v in range(n)],
+            is_ordered=False,
+        )
+        for j, n in enumerate(CATEGORICAL)
+    ]
+    client.configure_experiment(parameters=params)
+    client.configure_optimization(objective="f")
+    return client
+
+
+def run(seed: int, trials: int, variant: str, best_value: float) -> dict:
+    """One run; repeats counted against every earlier evaluation."""
+    original = ax_acquisition.optimize_acqf_adaptive_batch
+    if variant == "plain":
+        ax_acquisition.optimize_acqf_adaptive_batch = functools.partial(
+            original, prefer_new_points=False
+        )
+    try:
+        client = new_client(seed)
+        client.set_generation_strategy(
+            get_generation_strategy("bbkb", seed=seed, min_batch_size=BATCH)
+        )
+        gen = torch.Generator().manual_seed(seed)
+        seen: set[tuple] = set()
+        repeats, in_batch_max, done, best = 0, 0, 0, -float("inf")
+        cpu0 = time.process_time()
+        while done < trials:
+            batch = get_next_batch(client, min(BATCH, trials - done))
+            in_batch = 0
+            for index, cfg in batch.items():
+                key = tuple(sorted(cfg.items()))
+                if key in seen:
+                    repeats += 1
+                    in_batch += 1
+                seen.add(key)
+                f = value(cfg)
+                y = f + NOISE_SD * float(torch.randn(1, generator=gen))
+                client.complete_trial(index, raw_data={"f": y})
+                best = max(best, f)
+            in_batch_max = max(in_batch_max, in_batch)
+            done += len(batch)
+    finally:
+        ax_acquisition.optimize_acqf_adaptive_batch = original
+    return {
+        "variant": variant,
+        "seed": seed,
+        "trials": done,
+        "repeats": repeats,
+        "repeat share": repeats / done,
+        "max repeats in a batch": in_batch_max,
+        "regret": best_value - best,
+        "cpu_s": time.process_time() - cpu0,
+        "load": os.getloadavg()[0],
+    }
+
+
+def report(out: Path) -> None:
+    """``discrete_repeats.md`` from the CSV."""
+    rows = harness.read_csv(out / CSV)
+    summary = []
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        mine = [r for r in rows if r["variant"] == variant]
+        summary.append(
+            {
+                "variant": variant,
+                "runs": len(mine),
+                "median repeat share": statistics.median(
+                    r["repeat share"] for r in mine
+                ),
+                "worst repeat share": max(r["repeat share"] for r in mine),
+                "median regret": statistics.median(r["regret"] for r in mine),
+                "worst regret": max(r["regret"] for r in mine),
+            }
+        )
+    sections = [
+        "Tabular problem of `benchmarks/bench_discrete_repeats.py` (9 choice "
+        "parameters, 110,592 configurations, noise sd 0.05), "
+        f'`get_generation_strategy("bbkb", min_batch_size={BATCH})` + '
+        f"`get_next_batch(client, {BATCH})`; a repeat is an evaluation of a "
+        "configuration evaluated before (or earlier in its batch). One torch "
+        "thread, shared 2-core machine (load per row).",
+        "## Summary",
+        harness.markdown_table(summary),
+        "## Per run",
+        harness.markdown_table(rows),
+    ]
+    harness.write_report(
+        out / "discrete_repeats.md", "Repeats on a tabular problem", sections
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every (variant, seed), write the CSV, then report."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--trials", type=int, default=300)
+    p.add_argument("--variants", default="new-points,plain")
+    p.add_argument("--out", type=Path, default=harness.RESULTS)
+    args = p.parse_args(argv)
+    quiet()
+    best_value = optimum()
+    path = args.out / CSV
+    rows = harness.read_csv(path) if path.exists() else []
+    for variant in args.variants.split(","):
+        for seed in (int(s) for s in args.seeds.split(",")):
+            rows.append(run(seed, args.trials, variant, best_value))
+            print(rows[-1], flush=True)
+            harness.write_csv(path, rows)
+    report(args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
