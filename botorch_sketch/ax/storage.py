@@ -17,7 +17,10 @@ from ax.storage.botorch_modular_registry import (
     register_acquisition_function,
     register_model,
 )
-from ax.storage.json_store.encoders import transition_criterion_to_dict
+from ax.storage.json_store.encoders import (
+    pausing_criterion_to_dict,
+    transition_criterion_to_dict,
+)
 from ax.storage.json_store.registry import (
     CORE_DECODER_REGISTRY,
     CORE_ENCODER_REGISTRY,
@@ -25,7 +28,7 @@ from ax.storage.json_store.registry import (
 
 from botorch_sketch.acquisition.bbkb import BatchUpperConfidenceBound
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
-from botorch_sketch.ax.checks import ExperimentCheck
+from botorch_sketch.ax.checks import ExperimentCheck, ExperimentGuard
 from botorch_sketch.ax.generator import SketchGenerators
 from botorch_sketch.models.goucb import GOUCBModel
 from botorch_sketch.models.gssbo import GradientSubsetGP
@@ -43,11 +46,13 @@ ACQUISITIONS = (AdaptiveBatchAcquisition,)
 GENERATOR_ENUMS = (SketchGenerators,)
 #: Our transition criteria (stored like Ax's, by their constructor arguments).
 TRANSITION_CRITERIA = (ExperimentCheck,)
+#: Our pausing criteria (stored like Ax's, by their constructor arguments).
+PAUSING_CRITERIA = (ExperimentGuard,)
 
 
 def register_with_ax() -> None:
     r"""Register our models, acquisition functions, ``Acquisition`` classes,
-    generator enums and transition criteria."""
+    generator enums, transition and pausing criteria."""
     for model in MODELS:
         if model not in MODEL_REGISTRY:
             register_model(model)
@@ -61,4 +66,7 @@ def register_with_ax() -> None:
         CORE_DECODER_REGISTRY.setdefault(enum.__name__, enum)
     for criterion in TRANSITION_CRITERIA:
         CORE_ENCODER_REGISTRY.setdefault(criterion, transition_criterion_to_dict)
+        CORE_DECODER_REGISTRY.setdefault(criterion.__name__, criterion)
+    for criterion in PAUSING_CRITERIA:
+        CORE_ENCODER_REGISTRY.setdefault(criterion, pausing_criterion_to_dict)
         CORE_DECODER_REGISTRY.setdefault(criterion.__name__, criterion)

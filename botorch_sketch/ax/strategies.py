@@ -61,7 +61,7 @@ from botorch.acquisition.monte_carlo import qUpperConfidenceBound
 
 from botorch_sketch.acquisition.bbkb import BatchUpperConfidenceBound
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
-from botorch_sketch.ax.checks import ExperimentCheck
+from botorch_sketch.ax.checks import ExperimentCheck, ExperimentGuard
 from botorch_sketch.ax.generator import SketchGenerators
 from botorch_sketch.ax.library import LIBRARY_OPTIONS
 from botorch_sketch.ax.options import validate_options
@@ -403,6 +403,15 @@ def get_generation_strategy(name: str, **options: Any) -> GenerationStrategy:
     )
     model_node = GenerationNode(
         name=recipe.node_name,
+        # The same checks before every later generation: the experiment may be
+        # reconfigured after the first trials.
+        pausing_criteria=[
+            ExperimentGuard(
+                strategy=name,
+                single_objective=recipe.single_objective,
+                candidate_width=_candidate_width(opts.get("candidate_set")),
+            )
+        ],
         generator_specs=[
             GeneratorSpec(
                 generator_enum=(

@@ -58,6 +58,8 @@ def test_strategy_round_trips_through_json(name):
     strategy = get_generation_strategy(name, beta=2.0, seed=3)
     decoded = object_from_json(object_to_json(strategy))
     assert decoded.name == strategy.name
+    assert decoded._nodes[1].pausing_criteria == strategy._nodes[1].pausing_criteria
+    assert type(decoded._nodes[1].pausing_criteria[0]).__name__ == "ExperimentGuard"
     spec = decoded._nodes[1].generator_specs[0]
     original = strategy._nodes[1].generator_specs[0]
     assert spec.generator_kwargs.keys() == original.generator_kwargs.keys()
