@@ -27,7 +27,10 @@ cache, :data:`MAX_CACHED_RUNS` runs), so a call costs one batch of the engine
 (``O(A r (p + k))`` on the incremental path) and the matching of the new rows.
 After a reload, or when the cache lost it, the engine is restored from the
 checkpoint and the observations it names, and continues the same run, up to the
-rounding of a rebuilt state. If the observations do not extend the ones of the
+rounding of a rebuilt state. A call works on a copy of the live engine and
+replaces it only when it completes, so an interrupted call (an exception, a
+``KeyboardInterrupt``) leaves the engine as it was and a retry continues the run
+as if the call had not been made. If the observations do not extend the ones of the
 state (a trial's data changed, or an observation is not a library row nor an
 extra arm), the engine starts again from all data (logged).
 
@@ -42,13 +45,14 @@ of one standardized reward.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -100,6 +104,15 @@ class _Run:
     @property
     def rows(self) -> Tensor:
         return torch.cat([self.library, self.extra])
+
+    def copy(self) -> _Run:
+        r"""An independent copy (the engine deep-copied, the library shared)."""
+        return replace(
+            self,
+            engine=copy.deepcopy(self.engine),
+            extra=self.extra.clone(),
+            digest=dict(self.digest),
+        )
 
 
 #: The live runs of this process (``state digest -> run``), least recent first.
@@ -219,6 +232,10 @@ class BBKBLibraryGenerator(TorchGenerator):
             )
         maximize = bool(weights[weights != 0][0] > 0)
         pending = self._pending_arms(run, torch_opt_config.pending_observations)
+        # The batch is chosen on a copy that replaces the run only when the call
+        # completes: an interrupted call leaves the run as fit() left it, and a
+        # retry (Ax skips fit() when the data did not change) makes the same draws.
+        run = run.copy()
         A, engine = run.library.shape[0], run.engine
         excluded = torch.zeros(engine.arms.shape[0], dtype=torch.bool)
         excluded[A:] = True  # extra arms are not in the library
@@ -238,6 +255,7 @@ class BBKBLibraryGenerator(TorchGenerator):
             pending=pending.tolist(),
             maximize=maximize,
         )
+        self._run = run
         self._remember(run)
         points = run.library[torch.tensor(batch)]
         return TorchGenResults(
@@ -350,9 +368,11 @@ class BBKBLibraryGenerator(TorchGenerator):
         if n > X.shape[0] or not _same_data(state["data_digest"], X[:n], Y[:n]):
             logger.info("observations changed since the last call; starting again.")
             return self._start(X, Y, extra=_extra_rows(state, X))
-        run = _RUNS.pop(_state_key(state), None)
-        if run is None:  # another process, or evicted: restore from the checkpoint
+        cached = _RUNS.get(_state_key(state))
+        if cached is None:  # another process, or evicted: restore from the checkpoint
             run = self._restore(state, X[:n], Y[:n])
+        else:  # a copy: the cached run stays as it was if this call is interrupted
+            run = cached.copy()
         idx = _match_rows(X[n:], run)
         if bool((idx < 0).any()):
             logger.info("an observation is not a library row; starting again.")
