@@ -30,9 +30,13 @@ checkpoint and the observations it names, and continues the same run, up to the
 rounding of a rebuilt state. A call works on a copy of the live engine and
 replaces it only when it completes, so an interrupted call (an exception, a
 ``KeyboardInterrupt``) leaves the engine as it was and a retry continues the run
-as if the call had not been made. If the observations do not extend the ones of the
-state (a trial's data changed, or an observation is not a library row nor an
-extra arm), the engine starts again from all data (logged).
+as if the call had not been made. A carried state that is unusable
+(:func:`engine_state_problem`: non-finite kernel hyperparameters or reward
+scaling, dictionary indices outside the arms) or does not restore is discarded
+with a warning, and the engine starts again from all data. If the observations do
+not extend the ones of the state (a trial's data changed, or an observation is
+not a library row nor an extra arm), the engine starts again from all data
+(logged).
 
 **Units.** Inputs are scaled to the unit cube by the search space's bounds before
 the kernel; rewards are standardized with the mean and standard deviation of the
@@ -68,7 +72,12 @@ from botorch_sketch.bbkb.schedules import alpha_from_botorch_beta
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BBKBLibraryGenerator", "LIBRARY_OPTIONS", "MAX_CACHED_RUNS"]
+__all__ = [
+    "BBKBLibraryGenerator",
+    "LIBRARY_OPTIONS",
+    "MAX_CACHED_RUNS",
+    "engine_state_problem",
+]
 
 #: Live engines kept in this process, by the digest of their state.
 MAX_CACHED_RUNS = 4
@@ -364,13 +373,29 @@ class BBKBLibraryGenerator(TorchGenerator):
         state = self.engine_state
         if state is None:
             return None
+        problem = engine_state_problem(state, self.library.shape[0])
+        if problem is not None:
+            logger.warning(
+                "Carried BBKB engine state discarded (%s); starting again from "
+                "all data.",
+                problem,
+            )
+            return self._start(X, Y, extra=X.new_zeros(0, X.shape[-1]))
         n = int(state["num_seen"])
         if n > X.shape[0] or not _same_data(state["data_digest"], X[:n], Y[:n]):
             logger.info("observations changed since the last call; starting again.")
             return self._start(X, Y, extra=_extra_rows(state, X))
         cached = _RUNS.get(_state_key(state))
         if cached is None:  # another process, or evicted: restore from the checkpoint
-            run = self._restore(state, X[:n], Y[:n])
+            try:
+                run = self._restore(state, X[:n], Y[:n])
+            except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as err:
+                logger.warning(
+                    "Carried BBKB engine state discarded (it does not restore: "
+                    "%s); starting again from all data.",
+                    err,
+                )
+                return self._start(X, Y, extra=X.new_zeros(0, X.shape[-1]))
         else:  # a copy: the cached run stays as it was if this call is interrupted
             run = cached.copy()
         idx = _match_rows(X[n:], run)
@@ -420,6 +445,42 @@ class BBKBLibraryGenerator(TorchGenerator):
                 int((idx < 0).sum()),
             )
         return idx[idx >= 0]
+
+
+def engine_state_problem(state: Any, num_library_rows: int) -> str | None:
+    r"""What makes a carried ``engine_state`` unusable, or ``None``.
+
+    Usable: it has every entry :meth:`BBKBLibraryGenerator._get_state` writes,
+    finite reward scaling (``scale > 0``), finite kernel hyperparameters and
+    dictionary indices among the arms (``0 <= i < A + extra rows``).
+    """
+    keys = {"num_seen", "data_digest", "offset", "scale", "extra", "checkpoint"}
+    if not isinstance(state, dict) or not keys <= set(state):
+        return "not a BBKB library state"
+    checkpoint = state["checkpoint"]
+    if not isinstance(checkpoint, dict) or not {"kernel", "dictionary"} <= set(
+        checkpoint
+    ):
+        return "no engine checkpoint"
+    try:
+        offset, scale = float(state["offset"]), float(state["scale"])
+        kernel = [
+            torch.as_tensor(v, dtype=torch.float64)
+            for v in checkpoint["kernel"].values()
+        ]
+        dictionary = torch.as_tensor(checkpoint["dictionary"], dtype=torch.long)
+        num_arms = num_library_rows + len(state["extra"] or [])
+    except (TypeError, ValueError, RuntimeError, AttributeError) as err:
+        return f"unreadable: {err}"
+    if not (math.isfinite(offset) and math.isfinite(scale) and scale > 0):
+        return f"reward scaling offset={offset}, scale={scale}"
+    if not all(bool(torch.isfinite(v).all()) for v in kernel):
+        return "non-finite kernel hyperparameters"
+    if dictionary.numel() > 0 and (
+        int(dictionary.min()) < 0 or int(dictionary.max()) >= num_arms
+    ):
+        return f"dictionary indices outside 0..{num_arms - 1}"
+    return None
 
 
 def _row_lookup(rows: Tensor) -> dict[tuple[float, ...], int]:

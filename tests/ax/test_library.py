@@ -295,3 +295,29 @@ def test_a_call_interrupted_inside_the_engine_retries_like_the_uninterrupted_run
 def last_engine_state(client: Client) -> dict:
     runs = client._generation_strategy._generator_runs
     return runs[-1]._generator_state_after_gen["engine_state"]["checkpoint"]
+
+
+@pytest.mark.parametrize("how", ["nan_kernel", "dictionary_out_of_bounds"])
+def test_a_corrupt_saved_engine_state_is_discarded_and_restarted(tmp_path, caplog, how):
+    X, f = make_library(5)
+    init = [0, 1, 2]
+    client = library_client(X, init, f, **OPTIONS)
+    run_ax(client, X, f, 6, 3)
+    checkpoint = last_engine_state(client)
+    if how == "nan_kernel":
+        checkpoint["kernel"] = {
+            k: torch.full_like(torch.tensor(v), float("nan")).tolist()
+            for k, v in checkpoint["kernel"].items()
+        }
+    else:
+        checkpoint["dictionary"] = [10**6]
+    path = str(tmp_path / "run.json")
+    client.save_to_json_file(path)
+    library_mod._RUNS.clear()
+    loaded = Client.load_from_json_file(path)
+    with caplog.at_level(logging.WARNING, logger="botorch_sketch.ax.library"):
+        batches = run_ax(loaded, X, f, 6, 3)
+    assert "engine state discarded" in caplog.text
+    assert sum(map(len, batches)) >= 6
+    kernel = last_engine_state(loaded)["kernel"]
+    assert all(torch.isfinite(torch.tensor(v)).all() for v in kernel.values())

@@ -121,3 +121,11 @@ def test_batch_settings_come_from_the_options_table_only(monkeypatch, name):
     model = spec.generator_kwargs["surrogate_spec"].model_configs[0]
     assert model.model_options["q_bar"] == 3.0
     assert acquisition["C"] == (1.0 if name == "bkb" else 3.0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("bad", ["not a value", float("nan"), [1, 2]])
+def test_every_option_refuses_a_bad_value_naming_it(name, bad):
+    for key in strategy_options(name):
+        with pytest.raises(ValueError, match=rf"\b{key}\b"):
+            get_generation_strategy(name, **{key: bad})
