@@ -3,8 +3,9 @@ r"""Validation of the named strategies' options, before any trial exists.
 Every option a strategy takes is checked here, in ``get_generation_strategy``: a
 wrong type or value raises a ``ValueError`` that names the option, what it must
 be and what was given. What depends on the experiment (the search space's
-dimension, the optimization config) is checked at the first generation call by
-:class:`~botorch_sketch.ax.checks.ExperimentCheck`.
+dimension, the optimization config) is checked at every generation call by
+:class:`~botorch_sketch.ax.checks.ExperimentCheck` and
+:class:`~botorch_sketch.ax.checks.ExperimentGuard`.
 """
 
 from __future__ import annotations
