@@ -160,7 +160,7 @@ def test_reloaded_run_continues_from_the_same_state(tmp_path):
 def _corrupt(c: Client, how: str) -> None:
     runs = [gr for gr in c._generation_strategy._generator_runs if gr._generator_key]
     state = runs[-1]._generator_state_after_gen["sketch_state"]
-    if how == "nan_hyperparameters":
+    if how in ("nan_hyperparameters", "failing_warm_fit"):
         for name, entry in state["hyperparameters"].items():
             if "_constraint." not in name:
                 entry["values"] = [float("nan")] * len(entry["values"])
@@ -168,8 +168,16 @@ def _corrupt(c: Client, how: str) -> None:
         state["dictionary_rows"] = list(range(1000, 1004))
 
 
-@pytest.mark.parametrize("how", ["nan_hyperparameters", "rows_out_of_bounds"])
-def test_a_corrupt_saved_state_is_discarded_and_refitted(tmp_path, caplog, how):
+@pytest.mark.parametrize(
+    "how", ["nan_hyperparameters", "rows_out_of_bounds", "failing_warm_fit"]
+)
+def test_a_corrupt_saved_state_is_discarded_and_refitted(
+    monkeypatch, tmp_path, caplog, how
+):
+    if how == "failing_warm_fit":  # a state the checks pass, whose fit fails
+        import botorch_sketch.ax.generator as generator_mod
+
+        monkeypatch.setattr(generator_mod, "sketch_state_problem", lambda *a: None)
     c = client()
     run(c, N_INIT + 2)
     _corrupt(c, how)
