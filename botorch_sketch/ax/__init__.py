@@ -17,7 +17,7 @@ from botorch_sketch.ax import fit, input_constructors  # noqa: F401  (registrati
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
 from botorch_sketch.ax.encoding import encode_library
 from botorch_sketch.ax.library import BBKBLibraryGenerator
-from botorch_sketch.ax.storage import register_with_ax
+from botorch_sketch.ax.storage import register_with_ax, save_experiment
 from botorch_sketch.ax.strategies import (
     get_generation_strategy,
     list_generation_strategies,
@@ -36,5 +36,6 @@ __all__ = [
     "list_generation_strategies",
     "new_adaptive_batch_trial",
     "register_with_ax",
+    "save_experiment",
     "strategy_options",
 ]

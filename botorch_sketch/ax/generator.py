@@ -28,7 +28,11 @@ its compact JSON form, about ``n / 6`` characters for the dictionary), and the n
 fit builds the model with it as ``warm_start``: hyperparameters refitted on a
 schedule with bounded iterations, the dictionary updated by BKB's resampling
 instead of BLESS from scratch (:mod:`botorch_sketch.models.nystrom_fit`). A run
-saved to JSON and reloaded therefore continues from the same state.
+saved to JSON and reloaded therefore continues from the same state. A carried
+state is checked before it is used (:func:`sketch_state_problem`: finite
+hyperparameters, dictionary rows among the training rows); an unusable one, or one
+whose warm-started fit fails, is discarded with a warning and the model is fitted
+from scratch, as Ax's own models are at every call.
 
 :class:`SketchGenerators` is the generator registry entry that makes a
 ``GeneratorSpec`` use it (``generator_enum=SketchGenerators.BOTORCH_SKETCH``). The
@@ -42,6 +46,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from ax.adapter.registry import (
     GENERATOR_KEY_TO_GENERATOR_SETUP,
     GeneratorRegistryBase,
@@ -63,9 +68,11 @@ from botorch.acquisition.multi_objective.logei import (
     qLogNoisyExpectedHypervolumeImprovement,
 )
 from botorch.utils.datasets import SupervisedDataset
+from linear_operator.utils.errors import NotPSDError
 
 from botorch_sketch.ax.library import BBKBLibraryGenerator
 from botorch_sketch.models.nystrom import NystromGP
+from botorch_sketch.models.nystrom_fit import SketchState
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +81,7 @@ __all__ = [
     "SKETCH_GENERATOR_KEY",
     "SketchBoTorchGenerator",
     "SketchGenerators",
+    "sketch_state_problem",
 ]
 
 #: Registry key of :class:`SketchBoTorchGenerator` (stored in generator runs).
@@ -155,12 +163,19 @@ class SketchBoTorchGenerator(BoTorchGenerator):
         model's state afterwards.
         """
         configs = self._nystrom_configs() if refit and _single_outcome(datasets) else []
-        for config in configs:
-            if self.sketch_state is not None:
-                config.model_options["warm_start"] = self.sketch_state
-        try:
-            with with_rng_seed(self._call_seed(_num_points(datasets))):
-                super().fit(
+        num_points = _num_points(datasets)
+        if configs and self.sketch_state is not None:
+            problem = sketch_state_problem(self.sketch_state, num_points)
+            if problem is not None:
+                logger.warning(
+                    "Carried NystromGP state discarded (%s); fitting from scratch.",
+                    problem,
+                )
+                self.sketch_state = None
+
+        def fit_once() -> None:
+            with with_rng_seed(self._call_seed(num_points)):
+                super(SketchBoTorchGenerator, self).fit(
                     datasets=datasets,
                     search_space_digest=search_space_digest,
                     candidate_metadata=candidate_metadata,
@@ -168,6 +183,26 @@ class SketchBoTorchGenerator(BoTorchGenerator):
                     refit=refit,
                     **additional_model_inputs,
                 )
+
+        warm = bool(configs) and self.sketch_state is not None
+        for config in configs if warm else []:
+            config.model_options["warm_start"] = self.sketch_state
+        try:
+            fit_once()
+        except NotPSDError as err:
+            if not warm:
+                raise
+            # A state that passed the checks can still be unusable on this data
+            # (e.g. hand-edited hyperparameters): Ax's own models refit.
+            logger.warning(
+                "Carried NystromGP state discarded (the warm-started fit failed: "
+                "%s); fitting from scratch.",
+                err,
+            )
+            self.sketch_state = None
+            for config in configs:
+                config.model_options.pop("warm_start", None)
+            fit_once()
         finally:
             for config in configs:
                 config.model_options.pop("warm_start", None)
@@ -229,6 +264,38 @@ class SketchBoTorchGenerator(BoTorchGenerator):
         if self.sketch_state is not None:
             state["sketch_state"] = self.sketch_state
         return state
+
+
+def sketch_state_problem(state: Any, num_points: int) -> str | None:
+    r"""What makes a carried ``SketchState.to_dict()`` unusable, or ``None``.
+
+    A state is usable when it parses, its hyperparameters are finite (the bounds
+    of their constraints may be infinite) and its
+    dictionary rows index the ``num_points`` training rows of this fit
+    (``0 <= row < num_points``; the data only grow between calls).
+    """
+    try:
+        parsed = SketchState.from_dict(state)
+    except (ValueError, TypeError, KeyError, RuntimeError) as err:
+        return f"unreadable: {err}"
+    bad = sorted(
+        name
+        for name, value in parsed.hyperparameters.items()
+        if bool(torch.isnan(value).any())
+        # a constraint's bound may be infinite, a hyperparameter may not
+        or ("_constraint." not in name and not bool(torch.isfinite(value).all()))
+    )
+    if bad:
+        return f"non-finite hyperparameters {bad}"
+    rows = parsed.dictionary_rows
+    if rows.numel() > 0 and (int(rows.min()) < 0 or int(rows.max()) >= num_points):
+        return (
+            f"dictionary rows outside 0..{num_points - 1} "
+            f"(min {int(rows.min())}, max {int(rows.max())})"
+        )
+    if not 0 <= parsed.num_fit_points <= num_points:
+        return f"num_fit_points={parsed.num_fit_points} outside 0..{num_points}"
+    return None
 
 
 def _num_points(datasets: Sequence[SupervisedDataset]) -> int:

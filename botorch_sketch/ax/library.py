@@ -27,9 +27,16 @@ cache, :data:`MAX_CACHED_RUNS` runs), so a call costs one batch of the engine
 (``O(A r (p + k))`` on the incremental path) and the matching of the new rows.
 After a reload, or when the cache lost it, the engine is restored from the
 checkpoint and the observations it names, and continues the same run, up to the
-rounding of a rebuilt state. If the observations do not extend the ones of the
-state (a trial's data changed, or an observation is not a library row nor an
-extra arm), the engine starts again from all data (logged).
+rounding of a rebuilt state. A call works on a copy of the live engine and
+replaces it only when it completes, so an interrupted call (an exception, a
+``KeyboardInterrupt``) leaves the engine as it was and a retry continues the run
+as if the call had not been made. A carried state that is unusable
+(:func:`engine_state_problem`: non-finite kernel hyperparameters or reward
+scaling, dictionary indices outside the arms) or does not restore is discarded
+with a warning, and the engine starts again from all data. If the observations do
+not extend the ones of the state (a trial's data changed, or an observation is
+not a library row nor an extra arm), the engine starts again from all data
+(logged).
 
 **Units.** Inputs are scaled to the unit cube by the search space's bounds before
 the kernel; rewards are standardized with the mean and standard deviation of the
@@ -42,13 +49,14 @@ of one standardized reward.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -64,7 +72,12 @@ from botorch_sketch.bbkb.schedules import alpha_from_botorch_beta
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BBKBLibraryGenerator", "LIBRARY_OPTIONS", "MAX_CACHED_RUNS"]
+__all__ = [
+    "BBKBLibraryGenerator",
+    "LIBRARY_OPTIONS",
+    "MAX_CACHED_RUNS",
+    "engine_state_problem",
+]
 
 #: Live engines kept in this process, by the digest of their state.
 MAX_CACHED_RUNS = 4
@@ -100,6 +113,15 @@ class _Run:
     @property
     def rows(self) -> Tensor:
         return torch.cat([self.library, self.extra])
+
+    def copy(self) -> _Run:
+        r"""An independent copy (the engine deep-copied, the library shared)."""
+        return replace(
+            self,
+            engine=copy.deepcopy(self.engine),
+            extra=self.extra.clone(),
+            digest=dict(self.digest),
+        )
 
 
 #: The live runs of this process (``state digest -> run``), least recent first.
@@ -219,6 +241,10 @@ class BBKBLibraryGenerator(TorchGenerator):
             )
         maximize = bool(weights[weights != 0][0] > 0)
         pending = self._pending_arms(run, torch_opt_config.pending_observations)
+        # The batch is chosen on a copy that replaces the run only when the call
+        # completes: an interrupted call leaves the run as fit() left it, and a
+        # retry (Ax skips fit() when the data did not change) makes the same draws.
+        run = run.copy()
         A, engine = run.library.shape[0], run.engine
         excluded = torch.zeros(engine.arms.shape[0], dtype=torch.bool)
         excluded[A:] = True  # extra arms are not in the library
@@ -238,6 +264,7 @@ class BBKBLibraryGenerator(TorchGenerator):
             pending=pending.tolist(),
             maximize=maximize,
         )
+        self._run = run
         self._remember(run)
         points = run.library[torch.tensor(batch)]
         return TorchGenResults(
@@ -346,13 +373,31 @@ class BBKBLibraryGenerator(TorchGenerator):
         state = self.engine_state
         if state is None:
             return None
+        problem = engine_state_problem(state, self.library.shape[0])
+        if problem is not None:
+            logger.warning(
+                "Carried BBKB engine state discarded (%s); starting again from "
+                "all data.",
+                problem,
+            )
+            return self._start(X, Y, extra=X.new_zeros(0, X.shape[-1]))
         n = int(state["num_seen"])
         if n > X.shape[0] or not _same_data(state["data_digest"], X[:n], Y[:n]):
             logger.info("observations changed since the last call; starting again.")
             return self._start(X, Y, extra=_extra_rows(state, X))
-        run = _RUNS.pop(_state_key(state), None)
-        if run is None:  # another process, or evicted: restore from the checkpoint
-            run = self._restore(state, X[:n], Y[:n])
+        cached = _RUNS.get(_state_key(state))
+        if cached is None:  # another process, or evicted: restore from the checkpoint
+            try:
+                run = self._restore(state, X[:n], Y[:n])
+            except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as err:
+                logger.warning(
+                    "Carried BBKB engine state discarded (it does not restore: "
+                    "%s); starting again from all data.",
+                    err,
+                )
+                return self._start(X, Y, extra=X.new_zeros(0, X.shape[-1]))
+        else:  # a copy: the cached run stays as it was if this call is interrupted
+            run = cached.copy()
         idx = _match_rows(X[n:], run)
         if bool((idx < 0).any()):
             logger.info("an observation is not a library row; starting again.")
@@ -400,6 +445,42 @@ class BBKBLibraryGenerator(TorchGenerator):
                 int((idx < 0).sum()),
             )
         return idx[idx >= 0]
+
+
+def engine_state_problem(state: Any, num_library_rows: int) -> str | None:
+    r"""What makes a carried ``engine_state`` unusable, or ``None``.
+
+    Usable: it has every entry :meth:`BBKBLibraryGenerator._get_state` writes,
+    finite reward scaling (``scale > 0``), finite kernel hyperparameters and
+    dictionary indices among the arms (``0 <= i < A + extra rows``).
+    """
+    keys = {"num_seen", "data_digest", "offset", "scale", "extra", "checkpoint"}
+    if not isinstance(state, dict) or not keys <= set(state):
+        return "not a BBKB library state"
+    checkpoint = state["checkpoint"]
+    if not isinstance(checkpoint, dict) or not {"kernel", "dictionary"} <= set(
+        checkpoint
+    ):
+        return "no engine checkpoint"
+    try:
+        offset, scale = float(state["offset"]), float(state["scale"])
+        kernel = [
+            torch.as_tensor(v, dtype=torch.float64)
+            for v in checkpoint["kernel"].values()
+        ]
+        dictionary = torch.as_tensor(checkpoint["dictionary"], dtype=torch.long)
+        num_arms = num_library_rows + len(state["extra"] or [])
+    except (TypeError, ValueError, RuntimeError, AttributeError) as err:
+        return f"unreadable: {err}"
+    if not (math.isfinite(offset) and math.isfinite(scale) and scale > 0):
+        return f"reward scaling offset={offset}, scale={scale}"
+    if not all(bool(torch.isfinite(v).all()) for v in kernel):
+        return "non-finite kernel hyperparameters"
+    if dictionary.numel() > 0 and (
+        int(dictionary.min()) < 0 or int(dictionary.max()) >= num_arms
+    ):
+        return f"dictionary indices outside 0..{num_arms - 1}"
+    return None
 
 
 def _row_lookup(rows: Tensor) -> dict[tuple[float, ...], int]:

@@ -3,8 +3,9 @@ r"""Validation of the named strategies' options, before any trial exists.
 Every option a strategy takes is checked here, in ``get_generation_strategy``: a
 wrong type or value raises a ``ValueError`` that names the option, what it must
 be and what was given. What depends on the experiment (the search space's
-dimension, the optimization config) is checked at the first generation call by
-:class:`~botorch_sketch.ax.checks.ExperimentCheck`.
+dimension, the optimization config) is checked at every generation call by
+:class:`~botorch_sketch.ax.checks.ExperimentCheck` and
+:class:`~botorch_sketch.ax.checks.ExperimentGuard`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,19 @@ def _positive_int(value: Any, key: str) -> None:
 def _non_negative_int(value: Any, key: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{key} must be a non-negative int, got {value!r}.")
+
+
+#: Seeds are ints NumPy accepts (``np.random.seed``; Sobol's and torch's too).
+MAX_SEED = 2**32 - 1
+
+
+def _seed(value: Any, key: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{key} must be an int, got {value!r}.")
+    if not 0 <= value <= MAX_SEED:
+        raise ValueError(
+            f"{key} must be in NumPy's seed range [0, {MAX_SEED}], got {value!r}."
+        )
 
 
 def _finite(low: float, strict: bool) -> Validator:
@@ -99,7 +113,7 @@ VALIDATORS: dict[str, Validator] = {
     "initialization_budget": _positive_int,
     "num_restarts": _positive_int,
     "raw_samples": _positive_int,
-    "seed": _non_negative_int,
+    "seed": _seed,
     "beta": _optional(_finite(0.0, strict=False)),
     "alpha": _optional(_finite(0.0, strict=False)),
     "C": _finite(1.0, strict=False),
@@ -143,7 +157,7 @@ def validate_options(options: Mapping[str, Any]) -> None:
             f"beta={options['beta']!r}."
         )
     cap = options.get("max_batch_size")
-    if cap is not None and options.get("min_batch_size", 1) > cap:
+    if cap is not None and options["min_batch_size"] > cap:
         raise ValueError(
             f"min_batch_size={options['min_batch_size']!r} exceeds "
             f"max_batch_size={cap!r}."

@@ -18,12 +18,7 @@ adaptive-batch methods, :class:`~botorch_sketch.ax.AdaptiveBatchAcquisition`:
   set; the Sobol points are GO-UCB's Phase I) + ``qUpperConfidenceBound`` (Liu &
   Wang, ICML 2023).
 
-What a short run reliably does (measured over seeds 0-5, ``tests/ax``): on Branin
-(5 Sobol points, 20 trials) every strategy's best value after the Sobol points was
-at most 0.59 times the Sobol best (GO-UCB; the GP-based ones at most 0.38). On
-Hartmann6 (8 Sobol points, 22 trials, GO-UCB 40) none beats its Sobol points on
-every seed: BKB/BBKB did not on 2 of 6 seeds, GSSBO on 1, GO-UCB on 2 (GO-UCB's
-network is refitted from scratch on few points); longer runs are in
+How the strategies compare on test problems is in
 ``benchmarks/results/ax_strategies.md``.
 
 Every option is stored in the strategy (Ax JSON) and validated here: an unknown
@@ -61,7 +56,7 @@ from botorch.acquisition.monte_carlo import qUpperConfidenceBound
 
 from botorch_sketch.acquisition.bbkb import BatchUpperConfidenceBound
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
-from botorch_sketch.ax.checks import ExperimentCheck
+from botorch_sketch.ax.checks import ExperimentCheck, ExperimentGuard
 from botorch_sketch.ax.generator import SketchGenerators
 from botorch_sketch.ax.library import LIBRARY_OPTIONS
 from botorch_sketch.ax.options import validate_options
@@ -100,7 +95,10 @@ class StrategyRecipe:
         options: Method options and their defaults (besides ``COMMON_OPTIONS``).
         generator_kwargs: ``options -> generator_kwargs`` of the model-based node.
         single_objective: The method optimises one objective without outcome
-            constraints (checked against the experiment at the first call).
+            constraints (checked against the experiment at every call).
+        fixed: Settings the method fixes (not options), given to
+            ``generator_kwargs`` with the options; every value a builder reads
+            comes from ``options`` or ``fixed``, never from a default of its own.
     """
 
     name: str
@@ -109,6 +107,7 @@ class StrategyRecipe:
     generator_kwargs: Callable[[dict[str, Any]], dict[str, Any]]
     options: Mapping[str, Any] = field(default_factory=dict)
     single_objective: bool = False
+    fixed: Mapping[str, Any] = field(default_factory=dict)
 
 
 # -------------------------------------------------------------------------------
@@ -142,6 +141,16 @@ _BBKB_OPTIONS: dict[str, Any] = {
     "reuse_restarts": True,
     "thompson_fill": 0.5,
 }
+#: What BKB fixes of BBKB's batch options: one point per batch (the rule
+#: ``"bkb"`` is BBKB's global rule with ``C = 1``); the box settings are BBKB's
+#: (they only act on points past the rule's stop, which BKB never adds).
+_BKB_FIXED: dict[str, Any] = {
+    "C": 1.0,
+    "max_batch_size": None,
+    "min_batch_size": 1,
+    "reuse_restarts": _BBKB_OPTIONS["reuse_restarts"],
+    "thompson_fill": _BBKB_OPTIONS["thompson_fill"],
+}
 
 
 def _nystrom_kwargs(rule: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -156,11 +165,11 @@ def _nystrom_kwargs(rule: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
         }
         acquisition_options = {
             "rule": rule,
-            "C": float(opts.get("C", 1.0)),
-            "max_batch_size": opts.get("max_batch_size"),
-            "min_batch_size": opts.get("min_batch_size", 1),
-            "reuse_restarts": opts.get("reuse_restarts", True),
-            "thompson_fill": float(opts.get("thompson_fill", 0.0)),
+            "C": float(opts["C"]),
+            "max_batch_size": opts["max_batch_size"],
+            "min_batch_size": opts["min_batch_size"],
+            "reuse_restarts": opts["reuse_restarts"],
+            "thompson_fill": float(opts["thompson_fill"]),
             "candidate_set": opts["candidate_set"],
             "allow_repeats": opts["allow_repeats"],
             "seed": opts["seed"],
@@ -194,9 +203,9 @@ def _library_kwargs(rule: str, opts: dict[str, Any]) -> dict[str, Any]:
     return {
         "candidate_set": opts["candidate_set"],
         "rule": rule,
-        "C": float(opts.get("C", 1.0)),
-        "max_batch_size": opts.get("max_batch_size"),
-        "min_batch_size": opts.get("min_batch_size", 1),
+        "C": float(opts["C"]),
+        "max_batch_size": opts["max_batch_size"],
+        "min_batch_size": opts["min_batch_size"],
         **{key: opts[key] for key in keys},
     }
 
@@ -282,6 +291,7 @@ _RECIPES: dict[str, StrategyRecipe] = {
             generator_kwargs=_nystrom_kwargs("bkb"),
             options=_NYSTROM_OPTIONS,
             single_objective=True,
+            fixed=_BKB_FIXED,
         ),
         StrategyRecipe(
             name="bbkb",
@@ -368,7 +378,7 @@ def get_generation_strategy(name: str, **options: Any) -> GenerationStrategy:
         )
     opts.update(options)
     validate_options(opts)
-    generator_kwargs = recipe.generator_kwargs(opts)
+    generator_kwargs = recipe.generator_kwargs({**recipe.fixed, **opts})
     library = _uses_library(recipe, opts)
     if not library:
         generator_kwargs["warm_start_refit"] = False
@@ -403,6 +413,15 @@ def get_generation_strategy(name: str, **options: Any) -> GenerationStrategy:
     )
     model_node = GenerationNode(
         name=recipe.node_name,
+        # The same checks before every later generation: the experiment may be
+        # reconfigured after the first trials.
+        pausing_criteria=[
+            ExperimentGuard(
+                strategy=name,
+                single_objective=recipe.single_objective,
+                candidate_width=_candidate_width(opts.get("candidate_set")),
+            )
+        ],
         generator_specs=[
             GeneratorSpec(
                 generator_enum=(

@@ -17,7 +17,9 @@ not split the strategy's run: it keeps that ``k``-arm run out of the experiment
 and creates ``k`` new one-arm generator runs carrying the same generation node,
 generator key and metadata, so the strategy's trial counting, pending points and
 storage see ordinary one-arm trials. Nothing is added to the experiment until all
-``k`` runs exist, so an error leaves no empty or orphan trial behind.
+``k`` runs exist, and an error (or an interrupt) while the ``k`` trials are
+created marks the ones already created abandoned, so no trial that was never
+returned stays pending.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ax.api.client import Client
 from ax.core.batch_trial import BatchTrial
 from ax.core.experiment import Experiment
 from ax.core.generator_run import GeneratorRun
+from ax.core.trial import Trial
 from ax.exceptions.core import AxError
 from ax.generation_strategy.generation_node import GenerationNode
 from ax.generation_strategy.generation_strategy import GenerationStrategy
@@ -119,13 +122,32 @@ def get_next_batch(client: Client, max_batch_size: int) -> dict[int, dict]:
     with with_rng_seed(seed=client._random_seed), _expected_short_batches():
         run = strategy.gen_single_trial(experiment=experiment, n=max_batch_size)
     runs = split_generator_run(run, batch_id=len(experiment.trials))
-    trials = {}
-    for one_arm_run in runs:
-        trial = experiment.new_trial(generator_run=one_arm_run)
-        trial.mark_running(no_runner_required=True)
-        trials[trial.index] = dict(trial.arm.parameters)
+    created: list[Trial] = []
+    try:
+        for one_arm_run in runs:
+            created.append(experiment.new_trial(generator_run=one_arm_run))
+        for trial in created:
+            trial.mark_running(no_runner_required=True)
+    except BaseException:
+        # All or nothing: a trial the caller never receives must not stay
+        # pending (Ax cannot delete a trial; an abandoned one is not pending).
+        _abandon(created, "get_next_batch failed before returning this trial")
+        raise
+    trials = {trial.index: dict(trial.arm.parameters) for trial in created}
     logger.info("Adaptive batch of %d trial(s): %s.", len(trials), sorted(trials))
     return trials
+
+
+def _abandon(trials: list[Trial], reason: str) -> None:
+    r"""Mark every not yet terminal trial of ``trials`` abandoned."""
+    for trial in trials:
+        if not trial.status.is_terminal:
+            trial.mark_abandoned(reason=reason)
+    if trials:
+        logger.warning(
+            "Adaptive batch interrupted: trial(s) %s abandoned.",
+            [t.index for t in trials],
+        )
 
 
 def split_generator_run(run: GeneratorRun, batch_id: int) -> list[GeneratorRun]:

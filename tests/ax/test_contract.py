@@ -16,7 +16,11 @@ import torch
 from ax import ChoiceParameterConfig, Client, RangeParameterConfig
 from ax.exceptions.core import UnsupportedError
 
-from botorch_sketch.ax import get_generation_strategy, list_generation_strategies
+from botorch_sketch.ax import (
+    get_generation_strategy,
+    get_next_batch,
+    list_generation_strategies,
+)
 from botorch_sketch.ax.strategies import _RECIPES
 from tests.ax.helpers import fast
 
@@ -202,3 +206,31 @@ def test_bad_common_options_fail_in_get_generation_strategy(name, options, messa
 def test_bad_method_options_fail_in_get_generation_strategy(name, options, message):
     with pytest.raises(ValueError, match=message):
         get_generation_strategy(name, **options)
+
+
+@pytest.mark.parametrize("name", SINGLE_OBJECTIVE)
+@pytest.mark.parametrize(
+    "config, named",
+    [
+        (dict(objective="f", outcome_constraints=["g <= 0.5"]), "outcome constraints"),
+        (dict(objective="f, -g"), "several objectives"),
+    ],
+    ids=["outcome_constraint", "two_objectives"],
+)
+def test_a_later_change_the_method_cannot_honour_is_refused(name, config, named):
+    client = float_client(name)
+
+    def values(p):
+        return {"f": f(p), "g": p["x0"]}
+
+    for _ in range(N_INIT + 3):
+        step(client, values)
+    client.configure_optimization(**config)
+    before = len(client._experiment.trials)
+    with pytest.raises(UnsupportedError, match=named):
+        client.get_next_trials(max_trials=1)
+    with pytest.raises(UnsupportedError, match=named):
+        get_next_batch(client, max_batch_size=3)
+    trials = client._experiment.trials.values()
+    assert len(client._experiment.trials) == before
+    assert all(t.status.is_completed for t in trials)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from ax import Client, RangeParameterConfig
 from ax.adapter.registry import Generators
@@ -153,3 +155,39 @@ def test_reloaded_run_continues_from_the_same_state(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     arms = json.loads(result.stdout.strip().splitlines()[-1])
     assert arms == [t.arm.parameters for t in uninterrupted._experiment.trials.values()]
+
+
+def _corrupt(c: Client, how: str) -> None:
+    runs = [gr for gr in c._generation_strategy._generator_runs if gr._generator_key]
+    state = runs[-1]._generator_state_after_gen["sketch_state"]
+    if how in ("nan_hyperparameters", "failing_warm_fit"):
+        for name, entry in state["hyperparameters"].items():
+            if "_constraint." not in name:
+                entry["values"] = [float("nan")] * len(entry["values"])
+    else:  # dictionary rows beyond the data
+        state["dictionary_rows"] = list(range(1000, 1004))
+
+
+@pytest.mark.parametrize(
+    "how", ["nan_hyperparameters", "rows_out_of_bounds", "failing_warm_fit"]
+)
+def test_a_corrupt_saved_state_is_discarded_and_refitted(
+    monkeypatch, tmp_path, caplog, how
+):
+    if how == "failing_warm_fit":  # a state the checks pass, whose fit fails
+        import botorch_sketch.ax.generator as generator_mod
+
+        monkeypatch.setattr(generator_mod, "sketch_state_problem", lambda *a: None)
+    c = client()
+    run(c, N_INIT + 2)
+    _corrupt(c, how)
+    path = tmp_path / "experiment.json"
+    c.save_to_json_file(str(path))
+    loaded = Client.load_from_json_file(str(path))
+    with caplog.at_level(logging.WARNING, logger="botorch_sketch.ax.generator"):
+        run(loaded, N_INIT + 4)
+    assert len(loaded._experiment.trials) == N_INIT + 4
+    assert "discarded" in caplog.text
+    generator = loaded._generation_strategy.adapter.generator
+    state = SketchState.from_dict(generator.sketch_state)
+    assert all(not v.isnan().any() for v in state.hyperparameters.values())

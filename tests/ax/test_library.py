@@ -239,3 +239,85 @@ def test_saved_json_holds_the_library_a_fixed_number_of_times(tmp_path):
         sizes.append(path.stat().st_size)
         copies.append(len(json.dumps(X.tolist())))
     assert sizes[1] - sizes[0] < 4 * (copies[1] - copies[0])
+
+
+@pytest.mark.parametrize("where", ["refresh", "dictionary_draw", "after_draw"])
+def test_a_call_interrupted_inside_the_engine_retries_like_the_uninterrupted_run(
+    monkeypatch, where
+):
+    import botorch_sketch.bbkb.engine as engine_mod
+
+    X, f = make_library(4)
+    init = [0, 1, 2]
+    options = {**OPTIONS, "learn": True}
+    reference = library_client(X, init, f, **options)
+    expected = run_ax(reference, X, f, 16, 4)
+    library_mod._RUNS.clear()
+    # Interrupt the 3rd engine call once: inside the incremental refresh of its
+    # state (after the in-place update), after its dictionary draw, or right
+    # after the refresh, before the batch.
+    owner, target = {
+        "refresh": (engine_mod.IncrementalState, "_refresh"),
+        "dictionary_draw": (engine_mod.linalg, "sample_dictionary"),
+        "after_draw": (engine_mod, "select_batch"),
+    }[where]
+    original = getattr(owner, target)
+    calls = {"n": 0}
+
+    def interrupted(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3 and where == "refresh":
+            raise KeyboardInterrupt  # the embedding is updated, the rest is not
+        result = original(*args, **kwargs)
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return result
+
+    monkeypatch.setattr(owner, target, interrupted)
+    client = library_client(X, init, f, **options)
+    batches = []
+    while sum(map(len, batches)) < 16:
+        try:
+            batch = get_next_batch(client, max_batch_size=4)
+        except KeyboardInterrupt:
+            continue
+        rows = [row_of(p, X) for p in batch.values()]
+        for index, row in zip(batch, rows, strict=True):
+            client.complete_trial(index, raw_data={"f": float(f[row])})
+        batches.append(rows)
+    assert calls["n"] > 3
+    assert all(t.status.is_completed for t in client._experiment.trials.values())
+    assert batches == expected
+    # The engines end in the same state (dictionary, draws, sums).
+    assert last_engine_state(client) == last_engine_state(reference)
+
+
+def last_engine_state(client: Client) -> dict:
+    runs = client._generation_strategy._generator_runs
+    return runs[-1]._generator_state_after_gen["engine_state"]["checkpoint"]
+
+
+@pytest.mark.parametrize("how", ["nan_kernel", "dictionary_out_of_bounds"])
+def test_a_corrupt_saved_engine_state_is_discarded_and_restarted(tmp_path, caplog, how):
+    X, f = make_library(5)
+    init = [0, 1, 2]
+    client = library_client(X, init, f, **OPTIONS)
+    run_ax(client, X, f, 6, 3)
+    checkpoint = last_engine_state(client)
+    if how == "nan_kernel":
+        checkpoint["kernel"] = {
+            k: torch.full_like(torch.tensor(v), float("nan")).tolist()
+            for k, v in checkpoint["kernel"].items()
+        }
+    else:
+        checkpoint["dictionary"] = [10**6]
+    path = str(tmp_path / "run.json")
+    client.save_to_json_file(path)
+    library_mod._RUNS.clear()
+    loaded = Client.load_from_json_file(path)
+    with caplog.at_level(logging.WARNING, logger="botorch_sketch.ax.library"):
+        batches = run_ax(loaded, X, f, 6, 3)
+    assert "engine state discarded" in caplog.text
+    assert sum(map(len, batches)) >= 6
+    kernel = last_engine_state(loaded)["kernel"]
+    assert all(torch.isfinite(torch.tensor(v)).all() for v in kernel.values())

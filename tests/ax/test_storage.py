@@ -103,3 +103,46 @@ def test_reloaded_run_with_filled_batches_continues_alike(tmp_path):
     batches(loaded, 1)
     assert len(arms_of(loaded)) == 3 + 3 * 5
     assert arms_of(loaded) == arms_of(uninterrupted)
+
+
+@pytest.mark.parametrize("where", ["serializer", "write"])
+def test_an_interrupted_save_keeps_the_previous_snapshot(monkeypatch, tmp_path, where):
+    from botorch_sketch.ax import save_experiment, storage
+
+    client = make_client("bbkb", initialization_budget=2)
+    run_trials(client, "branin", total=2)
+    path = tmp_path / "run.json"
+    save_experiment(client, path)
+    previous = path.read_text()
+    assert Client.load_from_json_file(str(path))._experiment.trials.keys() == {0, 1}
+    run_trials(client, "branin", total=3)
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    if where == "serializer":
+        monkeypatch.setattr(client, "_to_json_snapshot", interrupt)
+    else:  # after part of the file was written
+        monkeypatch.setattr(storage.os, "fsync", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        save_experiment(client, path)
+    assert path.read_text() == previous
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
+    monkeypatch.undo()
+    save_experiment(client, str(path))
+    assert len(Client.load_from_json_file(str(path))._experiment.trials) == 3
+
+
+def test_save_experiment_checks_its_arguments(tmp_path):
+    from botorch_sketch.ax import save_experiment
+
+    client = make_client("bbkb")
+    with pytest.raises(TypeError, match="client"):
+        save_experiment(object(), tmp_path / "x.json")
+    with pytest.raises(TypeError, match="path"):
+        save_experiment(client, 3)
+    with pytest.raises(ValueError, match="path's folder"):
+        save_experiment(client, tmp_path / "missing" / "x.json")
+    with pytest.raises(ValueError, match="is a folder"):
+        save_experiment(client, tmp_path)
+    assert list(tmp_path.iterdir()) == []

@@ -42,6 +42,10 @@ def test_unknown_option_lists_known():
     [
         ({"initialization_budget": 0}, "initialization_budget"),
         ({"seed": -1}, "seed"),
+        ({"seed": "a"}, "seed must be an int"),
+        ({"seed": 1.5}, "seed must be an int"),
+        ({"seed": True}, "seed must be an int"),
+        ({"seed": 2**70}, "seed must be in NumPy's seed range"),
         ({"C": 0.5}, "C must be a finite number >= 1"),
         ({"beta": float("nan")}, "beta"),
         ({"max_batch_size": 0}, "max_batch_size"),
@@ -58,6 +62,8 @@ def test_strategy_round_trips_through_json(name):
     strategy = get_generation_strategy(name, beta=2.0, seed=3)
     decoded = object_from_json(object_to_json(strategy))
     assert decoded.name == strategy.name
+    assert decoded._nodes[1].pausing_criteria == strategy._nodes[1].pausing_criteria
+    assert type(decoded._nodes[1].pausing_criteria[0]).__name__ == "ExperimentGuard"
     spec = decoded._nodes[1].generator_specs[0]
     original = strategy._nodes[1].generator_specs[0]
     assert spec.generator_kwargs.keys() == original.generator_kwargs.keys()
@@ -94,3 +100,32 @@ def test_minimisation_reaches_the_acquisition_as_a_negative_weight():
         run_trials(client, "hartmann6", total=6, pending=1)
         acqf = client._generation_strategy.adapter.generator._acquisition.acqf
         assert acqf.posterior_transform.weights.tolist() == [-1.0]
+
+
+@pytest.mark.parametrize("name", ["bkb", "bbkb", "bbkb-local"])
+def test_batch_settings_come_from_the_options_table_only(monkeypatch, name):
+    from botorch_sketch.ax import strategies
+
+    # A changed table default reaches the acquisition (no second default in the
+    # builder); BKB's fixed settings come from its recipe.
+    table = strategies._RECIPES[name].options
+    monkeypatch.setitem(table, "q_bar", 3.0)
+    if name != "bkb":
+        monkeypatch.setitem(table, "C", 3.0)
+        monkeypatch.setitem(table, "thompson_fill", 0.25)
+    settings = {**strategies._RECIPES[name].fixed, **strategy_options(name)}
+    spec = get_generation_strategy(name)._nodes[1].generator_specs[0]
+    acquisition = spec.generator_kwargs["acquisition_options"]
+    for key in ("C", "max_batch_size", "min_batch_size", "thompson_fill"):
+        assert acquisition[key] == settings[key], key
+    model = spec.generator_kwargs["surrogate_spec"].model_configs[0]
+    assert model.model_options["q_bar"] == 3.0
+    assert acquisition["C"] == (1.0 if name == "bkb" else 3.0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("bad", ["not a value", float("nan"), [1, 2]])
+def test_every_option_refuses_a_bad_value_naming_it(name, bad):
+    for key in strategy_options(name):
+        with pytest.raises(ValueError, match=rf"\b{key}\b"):
+            get_generation_strategy(name, **{key: bad})

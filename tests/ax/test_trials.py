@@ -232,3 +232,37 @@ def test_thompson_fill_option_fills_the_batch_on_a_box(monkeypatch):
     for bad in (1.5, -0.1, True, "0.5"):
         with pytest.raises(ValueError, match="thompson_fill must be a number"):
             make_client("bbkb", thompson_fill=bad)
+
+
+@pytest.mark.parametrize("where", ["new_trial", "mark_running"])
+def test_a_batch_interrupted_between_two_trials_leaves_no_pending_trial(
+    monkeypatch, where
+):
+    from ax.core.trial import Trial
+
+    client = make_client("bbkb", min_batch_size=3)
+    run_trials(client, "branin", total=8)
+    experiment = client._experiment
+    owner, name = (
+        (experiment, "new_trial") if where == "new_trial" else (Trial, "mark_running")
+    )
+    original = getattr(owner, name)
+    calls = {"n": 0}
+
+    def second_call_interrupted(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, second_call_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        get_next_batch(client, max_batch_size=6)
+    monkeypatch.undo()
+    statuses = [t.status for t in experiment.trials.values()]
+    assert len(statuses) > 8  # the interrupted call had created a trial
+    assert statuses[:8] == [TrialStatus.COMPLETED] * 8
+    assert set(statuses[8:]) == {TrialStatus.ABANDONED}
+    batch = get_next_batch(client, max_batch_size=6)
+    assert len(batch) >= 3
+    assert all(experiment.trials[i].status.is_running for i in batch)
