@@ -20,6 +20,12 @@ NeurIPS 2019) with the sketched GP as the region's model
    points, and the region state starts again at ``length_init``. Keeping them
    would centre the new region on the old incumbent again.
 
+**Parameter constraints and libraries.** Candidates that violate Ax's linear
+parameter constraints are dropped. With a ``candidate_set`` (a finite library),
+the candidates are the library rows in the region (the nearest rows when fewer
+than ``q`` are), never a row observed or pending, and a restart's design is
+random rows.
+
 **Pending points** (trials running) are hallucinated at the posterior mean
 (kriging believer, ``NystromGP.condition_on_observations``), so Thompson samples
 do not pile onto them.
@@ -28,8 +34,8 @@ do not pile onto them.
 number of observations seen and the sketch state are the generator's
 ``_get_state()``: Ax stores them in ``generator_state_after_gen`` (also in JSON)
 and passes them back to the next generator, so a reloaded run continues with the
-same arms. Each call's random draws are seeded from ``seed`` and the number of
-observations.
+same arms. Each call's random draws are seeded from ``seed`` and the numbers of
+observed and pending points.
 
 Importing this module registers :class:`TurboGenerators` with Ax's JSON decoder.
 """
@@ -37,15 +43,17 @@ Importing this module registers :class:`TurboGenerators` with Ax's JSON decoder.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from ax.adapter.registry import GeneratorRegistryBase, GeneratorSetup, MBM_X_trans
 from ax.adapter.torch import TorchAdapter
 from ax.core.search_space import SearchSpaceDigest
-from ax.exceptions.core import UnsupportedError
+from ax.exceptions.core import SearchSpaceExhausted, UnsupportedError
+from ax.generators.torch.botorch_modular.surrogate import SurrogateSpec
+from ax.generators.torch.botorch_modular.utils import ModelConfig
 from ax.generators.torch_base import TorchGenerator, TorchGenResults, TorchOptConfig
 from ax.storage.json_store.registry import CORE_DECODER_REGISTRY
 from botorch.utils.datasets import SupervisedDataset
@@ -72,6 +80,8 @@ __all__ = [
     "turbo_generator_kwargs",
 ]
 
+#: Points closer than this (max-abs, unit cube) are the same point.
+SAME_POINT_ATOL = 1e-9
 #: Registry key of :class:`TurboGenerator` (stored in generator runs).
 TURBO_GENERATOR_KEY = "TurboBKB"
 
@@ -85,6 +95,7 @@ TURBO_OPTIONS: dict[str, Any] = {
     "failure_tolerance": None,
     "improvement_tolerance": 1e-3,
     "num_candidates": None,
+    "candidate_set": None,
 }
 
 #: ``NystromGP`` options the generator passes through.
@@ -111,8 +122,10 @@ class TurboGenerator(TorchGenerator):
         num_candidates: Thompson-sampling candidates per batch (``None``:
             ``min(5000, max(2000, 200 d))``).
         seed: Base seed of every draw.
-        model_options: ``NystromGP`` options (``q_bar``, ``max_dictionary_size``,
-            ...).
+        surrogate_spec: One ``NystromGP`` ``ModelConfig`` whose ``model_options``
+            (``q_bar``, ``max_dictionary_size``, ...) build the region's model.
+        candidate_set: Optional ``A x d`` library in Ax's model space: batches
+            are library rows not yet observed or pending (module docstring).
         warm_start_refit: Ignored (the strategy builder passes it to every
             generator).
         region_state: The previous call's state (Ax passes it back).
@@ -129,7 +142,8 @@ class TurboGenerator(TorchGenerator):
         improvement_tolerance: float = 1e-3,
         num_candidates: int | None = None,
         seed: int = 0,
-        model_options: dict[str, Any] | None = None,
+        surrogate_spec: SurrogateSpec | None = None,
+        candidate_set: Any = None,
         warm_start_refit: bool = False,
         region_state: dict[str, Any] | None = None,
     ) -> None:
@@ -150,11 +164,18 @@ class TurboGenerator(TorchGenerator):
         self.batch_size = batch_size
         self.num_candidates = num_candidates
         self.seed = int(seed)
-        self.model_options = dict(model_options or {})
+        configs = [] if surrogate_spec is None else surrogate_spec.model_configs
+        self.model_options = dict(configs[0].model_options) if configs else {}
+        self.library = (
+            None
+            if candidate_set is None
+            else torch.as_tensor(candidate_set, dtype=torch.float64)
+        )
         self.region_state = region_state
+        self.surrogate = RegionData()
         self._X: Tensor | None = None
         self._Y: Tensor | None = None
-        self._model: NystromGP | None = None
+        self._sign = 1.0
 
     # ------------------------------------------------------------------ Ax API
     def fit(
@@ -170,6 +191,7 @@ class TurboGenerator(TorchGenerator):
                 f"{sum(d.Y.shape[-1] for d in datasets)}."
             )
         self._bounds = torch.tensor(search_space_digest.bounds, dtype=torch.float64).T
+        self.surrogate = RegionData(training_data=list(datasets))
         self._X = self._unit(datasets[0].X.to(torch.float64))
         self._Y = datasets[0].Y.to(torch.float64)
         if not bool(torch.isfinite(self._Y).all()):
@@ -184,7 +206,7 @@ class TurboGenerator(TorchGenerator):
         r"""The next batch of ``min(n, batch_size)`` points."""
         if self._X is None or self._Y is None:
             raise RuntimeError("call fit() before gen().")
-        sign = _objective_sign(torch_opt_config)
+        sign = self._sign = _objective_sign(torch_opt_config)
         X, Y = self._X, sign * self._Y
         num_obs, d = X.shape
         q = n if self.batch_size is None else min(n, self.batch_size)
@@ -196,32 +218,37 @@ class TurboGenerator(TorchGenerator):
         start = int(saved.get("region_start", 0))
         seen = int(saved.get("num_seen", 0))
         sketch = saved.get("sketch_state")
-        call_seed = (self.seed * 1_000_003 + num_obs) % (2**31 - 1)
         info: dict[str, Any] = {}
+        pending = torch_opt_config.pending_observations or []
+        num_pending = int(pending[0].shape[0]) if pending else 0
+        call_seed = (self.seed * 1_000_003 + num_obs + 7919 * num_pending) % (2**31 - 1)
+        info["num_pending"] = num_pending
+        feasible = self._feasibility(torch_opt_config)
         region_X, region_Y = X[start:], Y[start:]
         if region_X.shape[0] >= min_region_points(d):
             model = fit_region_model(
-                region_X, region_Y, warm_start=sketch, seed=self.seed,
-                **self.model_options,
+                region_X, region_Y, warm_start=sketch,
+                **{"seed": self.seed, **self.model_options},
             )  # fmt: skip
             state = self._update(state, model, region_X, seen - start)
             if state.restart_triggered:
                 logger.info("turbo-bkb: region restarts after %d points.", num_obs)
                 state, start, sketch = restart_state(state), num_obs, None
-                self._model = None
+                self.surrogate.model = None
             else:
                 sketch = model.sketch_state().to_dict()
-                self._model = model
+                self.surrogate.model = model
                 info["dictionary_size"] = model.dictionary_size
-        if start == num_obs or X[start:].shape[0] < min_region_points(d):
-            points = _sobol(q, d, seed=call_seed + state.restarts)
-            info["design"] = "sobol"
-        else:
-            model = self._hallucinate(self._model, torch_opt_config)
+        points = X.new_zeros(0, d)
+        if self.surrogate.model is not None and start < num_obs:
+            model = self._hallucinate(self.surrogate.model, torch_opt_config)
             points = generate_batch(
-                model, state, X[start:], q,
-                num_candidates=self.num_candidates, seed=call_seed,
+                model, state, X[start:], q, num_candidates=self.num_candidates,
+                seed=call_seed, library=self._unit_library(), feasible=feasible,
             )  # fmt: skip
+        if points.shape[0] == 0:
+            points = self._design(q, d, call_seed + state.restarts, feasible)
+            info["design"] = "sobol"
         self.region_state = {
             "trust_region": state.to_dict(),
             "region_start": start,
@@ -244,17 +271,16 @@ class TurboGenerator(TorchGenerator):
     def predict(
         self, X: Tensor, use_posterior_predictive: bool = False
     ) -> tuple[Tensor, Tensor]:
-        r"""The region model's posterior at ``X`` (``j x d``, Ax's model space),
-        in the signed outcome's units (larger is better)."""
-        if self._model is None:
+        r"""The region model's posterior at ``X`` (``j x d``, Ax's model space)."""
+        if self.surrogate.model is None:
             raise RuntimeError("no region model: call gen() after enough data.")
         with torch.no_grad():
-            post = self._model.posterior(
+            post = self.surrogate.model.posterior(
                 self._unit(X.to(torch.float64)),
                 observation_noise=use_posterior_predictive,
             )
         var = post.variance.reshape(-1, 1, 1)
-        return post.mean.to(X), var.to(X)
+        return (self._sign * post.mean).to(X), var.to(X)
 
     def _get_state(self) -> dict[str, Any]:
         r"""``{"region_state": ...}``: what the next call continues from."""
@@ -284,6 +310,53 @@ class TurboGenerator(TorchGenerator):
             mean = model.posterior(Xp).mean
         return model.condition_on_observations(Xp, mean)
 
+    def _feasibility(self, config: TorchOptConfig) -> Callable[[Tensor], Tensor]:
+        r"""Mask of unit-cube candidates that satisfy the parameter constraints
+        and, with a library, are neither observed nor pending."""
+        constraints = config.linear_constraints
+        taken = None
+        if self.library is not None:
+            rows = [self._X]
+            if config.pending_observations:
+                rows.append(self._unit(config.pending_observations[0].double()))
+            taken = torch.cat(rows)
+
+        def feasible(Z: Tensor) -> Tensor:
+            ok = torch.ones(Z.shape[0], dtype=torch.bool, device=Z.device)
+            if constraints is not None:
+                A, b = (t.to(Z) for t in constraints)
+                ok &= (self._from_unit(Z) @ A.T <= b.T + 1e-9).all(-1)
+            if taken is not None and taken.shape[0] > 0:
+                gap = (Z.unsqueeze(1) - taken.to(Z).unsqueeze(0)).abs().amax(-1)
+                ok &= gap.min(-1).values > SAME_POINT_ATOL
+            return ok
+
+        return feasible
+
+    def _design(
+        self, q: int, d: int, seed: int, feasible: Callable[[Tensor], Tensor]
+    ) -> Tensor:
+        r"""A restart's space-filling points: scrambled Sobol (or random library
+        rows), feasible ones only."""
+        library = self._unit_library()
+        if library is None:
+            pool = _sobol(max(64 * q, 1024), d, seed=seed)
+        else:
+            perm = torch.randperm(
+                library.shape[0], generator=torch.Generator().manual_seed(seed)
+            )
+            pool = library[perm]
+        pool = pool[feasible(pool)]
+        if pool.shape[0] == 0:
+            raise SearchSpaceExhausted(
+                "turbo-bkb found no point that satisfies the constraints (or no "
+                "library row left)."
+            )
+        return pool[:q]
+
+    def _unit_library(self) -> Tensor | None:
+        return None if self.library is None else self._unit(self.library)
+
     def _unit(self, X: Tensor) -> Tensor:
         lower, upper = self._bounds
         return (X - lower) / (upper - lower).clamp_min(1e-12)
@@ -291,6 +364,21 @@ class TurboGenerator(TorchGenerator):
     def _from_unit(self, X: Tensor) -> Tensor:
         lower, upper = self._bounds
         return lower + (upper - lower) * X
+
+
+@dataclass
+class RegionData:
+    r"""What the generator was fitted on and its current region model (as the
+    ``surrogate`` of Ax's ``BoTorchGenerator``).
+
+    Attributes:
+        training_data: Ax's datasets of the last fit (model space).
+        model: The region's ``NystromGP`` (unit-cube inputs, signed outcome);
+            ``None`` before a region has enough points.
+    """
+
+    training_data: list[SupervisedDataset] = field(default_factory=list)
+    model: NystromGP | None = None
 
 
 def min_region_points(dim: int) -> int:
@@ -315,14 +403,28 @@ def turbo_generator_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
     r"""The generator's keyword arguments from a strategy's options (validates
     the region settings together: ``0 < length_min <= length_init <= length_max``).
     """
-    settings = {key: opts[key] for key in TURBO_OPTIONS if key != "batch_size"}
-    settings.pop("num_candidates")
+    settings = {key: opts[key] for key in TURBO_OPTIONS if key != "candidate_set"}
+    batch_size, num_candidates = (
+        settings.pop("batch_size"),
+        settings.pop("num_candidates"),
+    )
     TrustRegionState(dim=1, batch_size=1, length=settings["length_init"], **settings)
+    model_options = {"seed": opts["seed"]}
+    model_options.update({key: opts[key] for key in MODEL_OPTIONS if key in opts})
     return {
         **settings,
-        "batch_size": opts["batch_size"],
-        "num_candidates": opts["num_candidates"],
-        "model_options": {key: opts[key] for key in MODEL_OPTIONS if key in opts},
+        "batch_size": batch_size,
+        "num_candidates": num_candidates,
+        "candidate_set": opts.get("candidate_set"),
+        "surrogate_spec": SurrogateSpec(
+            model_configs=[
+                ModelConfig(
+                    botorch_model_class=NystromGP,
+                    model_options=model_options,
+                    name="NystromGP",
+                )
+            ]
+        ),
     }
 
 

@@ -24,6 +24,7 @@ observation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -114,12 +115,15 @@ def region_bounds(center: Tensor, lengthscales: Tensor, length: float) -> Tensor
         )
     if not bool((lengthscales > 0).all()) or not length > 0:
         raise ValueError("lengthscales and length must be positive.")
-    ls = lengthscales.to(center)
-    weights = ls / ls.log().mean().exp()
-    half = weights * length / 2.0
+    half = half_sides(lengthscales.to(center), length)
     lower = (center - half).clamp(0.0, 1.0)
     upper = (center + half).clamp(0.0, 1.0)
     return torch.stack([lower, upper])
+
+
+def half_sides(lengthscales: Tensor, length: float) -> Tensor:
+    r"""``w_i L / 2`` with ``w = l / (prod l)^{1/d}`` (a ``d`` vector)."""
+    return lengthscales / lengthscales.log().mean().exp() * length / 2.0
 
 
 def perturbed_candidates(
@@ -150,6 +154,8 @@ def generate_batch(
     q: int,
     num_candidates: int | None = None,
     seed: int | None = None,
+    library: Tensor | None = None,
+    feasible: Callable[[Tensor], Tensor] | None = None,
 ) -> Tensor:
     r"""``q`` new points in the trust region by Thompson sampling (maximisation).
 
@@ -162,9 +168,17 @@ def generate_batch(
         q: Number of points.
         num_candidates: ``A`` (default :func:`default_num_candidates`).
         seed: Seed of the candidates and of the samples.
+        library: Optional ``A x d`` finite set (unit cube) to choose from instead
+            of perturbed Sobol points: its rows inside the region, or, when fewer
+            than ``q`` are, the ``q`` rows nearest the centre (lengthscale-scaled
+            max-distance).
+        feasible: Optional ``A x d -> A`` boolean mask of allowed candidates
+            (e.g. parameter constraints, rows not taken yet).
 
     Returns:
-        A ``q x d`` tensor in the region intersected with ``[0, 1]^d``.
+        A ``k x d`` tensor, ``k = min(q, allowed candidates)``, in the region
+        intersected with ``[0, 1]^d`` (or the nearest library rows); ``0 x d``
+        when no candidate is allowed.
     """
     if not isinstance(q, int) or isinstance(q, bool) or q < 1:
         raise ValueError(f"q must be a positive int, got {q!r}.")
@@ -173,7 +187,21 @@ def generate_batch(
     index, _ = incumbent(model, X)
     center = X[index].to(torch.float64)
     bounds = region_bounds(center, lengthscales(model), state.length)
-    num = num_candidates or default_num_candidates(X.shape[-1])
-    candidates = perturbed_candidates(center, bounds, max(num, q), seed=seed)
+    if library is None:
+        num = num_candidates or default_num_candidates(X.shape[-1])
+        candidates = perturbed_candidates(center, bounds, max(num, q), seed=seed)
+    else:
+        candidates = library.to(center)
+    if feasible is not None:
+        candidates = candidates[feasible(candidates)]
+    if library is not None and candidates.shape[0] > 0:
+        half = half_sides(lengthscales(model).to(center), state.length)
+        gap = ((candidates - center) / half).abs().amax(-1)
+        inside = int((gap <= 1.0 + 1e-12).sum())
+        keep = gap.argsort()[: max(inside, q)]
+        candidates = candidates[keep]
+    k = min(q, candidates.shape[0])
+    if k == 0:
+        return candidates
     sampler = EmbeddingThompsonSampling(model, replacement=False, seed=seed)
-    return sampler(candidates, num_samples=q)
+    return sampler(candidates, num_samples=k)
