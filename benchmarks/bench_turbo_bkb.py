@@ -20,6 +20,7 @@ import argparse
 import importlib.util
 import json
 import logging
+import sys
 import time
 import warnings
 
@@ -90,6 +91,7 @@ def run_ax(method: str, f, seed: int, budget: int, batch: int) -> dict:
 def run_turbo1(path: str, f, seed: int, budget: int, batch: int) -> dict:
     spec = importlib.util.spec_from_file_location("turbo1_baseline", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     cpu0 = time.process_time()
     res = module.run_turbo1(noisy(f, seed), f.bounds, budget, batch, seed=seed)
