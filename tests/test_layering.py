@@ -41,6 +41,8 @@ LAYERS: list[tuple[str, list[str]]] = [
             "generation.*",
             "optim",
             "optim.*",
+            "trust_region",
+            "trust_region.*",
         ],
     ),
     ("loops", ["loops", "loops.*", "demo"]),

@@ -139,6 +139,15 @@ VALIDATORS: dict[str, Validator] = {
     "lengthscale": _finite(0.0, strict=True),
     "standardize": _boolean,
     "schedule": _one_of("paper", "reference_code"),
+    # turbo-bkb (botorch_sketch.ax.turbo; their order is checked there)
+    "batch_size": _optional(_positive_int),
+    "length_init": _finite(0.0, strict=True),
+    "length_min": _finite(0.0, strict=True),
+    "length_max": _finite(0.0, strict=True),
+    "success_tolerance": _positive_int,
+    "failure_tolerance": _optional(_positive_int),
+    "improvement_tolerance": _fraction,
+    "num_candidates": _optional(_positive_int),
 }
 
 

@@ -339,6 +339,28 @@ _RECIPES: dict[str, StrategyRecipe] = {
 
 
 # -------------------------------------------------------------------------------
+# turbo-bkb: TuRBO-1 on NystromGP, on its own generator (botorch_sketch.ax.turbo)
+# -------------------------------------------------------------------------------
+from botorch_sketch.ax.turbo import (  # noqa: E402
+    TURBO_OPTIONS,
+    TurboGenerators,
+    turbo_generator_kwargs,
+)
+
+_RECIPES["turbo-bkb"] = StrategyRecipe(
+    name="turbo-bkb",
+    node_name="TuRBO-BKB",
+    summary="trust region around the incumbent (TuRBO-1, Eriksson et al., NeurIPS "
+    "2019) on NystromGP, batches by Thompson sampling",
+    generator_kwargs=turbo_generator_kwargs,
+    options={**_SKETCH_OPTIONS, **TURBO_OPTIONS},
+    single_objective=True,
+)
+#: Strategies whose model-based node runs their own generator.
+_OWN_GENERATORS = {"turbo-bkb": TurboGenerators.TURBO_BKB}
+
+
+# -------------------------------------------------------------------------------
 # Public API
 # -------------------------------------------------------------------------------
 
@@ -424,7 +446,8 @@ def get_generation_strategy(name: str, **options: Any) -> GenerationStrategy:
         ],
         generator_specs=[
             GeneratorSpec(
-                generator_enum=(
+                generator_enum=_OWN_GENERATORS.get(name)
+                or (
                     SketchGenerators.BBKB_LIBRARY
                     if library
                     else SketchGenerators.BOTORCH_SKETCH

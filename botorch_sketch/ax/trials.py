@@ -41,6 +41,7 @@ from ax.utils.common.random import with_rng_seed
 
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
 from botorch_sketch.ax.generator import SketchGenerators
+from botorch_sketch.ax.turbo import TurboGenerators
 
 logger = logging.getLogger(__name__)
 
@@ -246,6 +247,7 @@ def _is_adaptive(node: GenerationNode) -> bool:
     return any(
         spec.generator_kwargs.get("acquisition_class") is AdaptiveBatchAcquisition
         or spec.generator_enum is SketchGenerators.BBKB_LIBRARY
+        or spec.generator_enum is TurboGenerators.TURBO_BKB
         for spec in node.generator_specs
     )
 

@@ -1,0 +1,453 @@
+r"""``"turbo-bkb"``: trust-region BO (TuRBO-1) on ``NystromGP`` as an Ax generator.
+
+Each Ax call of :class:`TurboGenerator` is one step of TuRBO-1 (Eriksson et al.,
+NeurIPS 2019) with the sketched GP as the region's model
+(:mod:`botorch_sketch.trust_region`):
+
+1. **fit**: the observations, inputs scaled to the unit cube by the search
+   space's bounds, values signed so that larger is better.
+2. **gen**: the observations that arrived since the last call are the last
+   batch. A ``NystromGP`` is fitted on the current region's data, warm-started
+   from the previous call's sketch; the batch is a success when its largest
+   posterior mean beats the largest posterior mean of the region's earlier
+   points (same model) by ``improvement_tolerance`` relative, and
+   :func:`~botorch_sketch.trust_region.update_state` expands, shrinks or flags a
+   restart. Then ``q = min(n, batch_size)`` points by Thompson sampling in the
+   region around the point of largest posterior mean.
+3. **Restart** (``L < length_min``): the region's data are *dropped* from the
+   model, as in TuRBO (they stay in the experiment): the next points are a fresh
+   scrambled Sobol design in the whole cube until the new region has ``2 d``
+   points, and the region state starts again at ``length_init``. Keeping them
+   would centre the new region on the old incumbent again.
+
+**Parameter constraints and libraries.** Candidates that violate Ax's linear
+parameter constraints are dropped. With a ``candidate_set`` (a finite library),
+the candidates are the library rows in the region (the nearest rows when fewer
+than ``q`` are), never a row observed or pending, and a restart's design is
+random rows.
+
+**Pending points** (trials running) are hallucinated at the posterior mean
+(kriging believer, ``NystromGP.condition_on_observations``), so Thompson samples
+do not pile onto them.
+
+**State.** The region state, the index where the region's data start, the
+number of observations seen and the sketch state are the generator's
+``_get_state()``: Ax stores them in ``generator_state_after_gen`` (also in JSON)
+and passes them back to the next generator, so a reloaded run continues with the
+same arms. Each call's random draws are seeded from ``seed`` and the numbers of
+observed and pending points.
+
+Importing this module registers :class:`TurboGenerators` with Ax's JSON decoder.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from ax.adapter.registry import GeneratorRegistryBase, GeneratorSetup, MBM_X_trans
+from ax.adapter.torch import TorchAdapter
+from ax.core.search_space import SearchSpaceDigest
+from ax.exceptions.core import SearchSpaceExhausted, UnsupportedError
+from ax.generators.torch.botorch_modular.surrogate import SurrogateSpec
+from ax.generators.torch.botorch_modular.utils import ModelConfig
+from ax.generators.torch_base import TorchGenerator, TorchGenResults, TorchOptConfig
+from ax.storage.json_store.registry import CORE_DECODER_REGISTRY
+from botorch.utils.datasets import SupervisedDataset
+from torch import Tensor
+from torch.quasirandom import SobolEngine
+
+from botorch_sketch.models.nystrom import NystromGP
+from botorch_sketch.trust_region import (
+    TrustRegionState,
+    fit_region_model,
+    generate_batch,
+    incumbent,
+    restart_state,
+    update_state,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "TURBO_GENERATOR_KEY",
+    "TURBO_OPTIONS",
+    "TurboGenerator",
+    "TurboGenerators",
+    "turbo_generator_kwargs",
+]
+
+#: Points closer than this (max-abs, unit cube) are the same point.
+SAME_POINT_ATOL = 1e-9
+#: Registry key of :class:`TurboGenerator` (stored in generator runs).
+TURBO_GENERATOR_KEY = "TurboBKB"
+
+#: The strategy's own options with their defaults (besides the sketch options).
+TURBO_OPTIONS: dict[str, Any] = {
+    "batch_size": None,
+    "length_init": 0.8,
+    "length_min": 0.5**7,
+    "length_max": 1.6,
+    "success_tolerance": 3,
+    "failure_tolerance": None,
+    "improvement_tolerance": 1e-3,
+    "num_candidates": None,
+    "candidate_set": None,
+}
+
+#: ``NystromGP`` options the generator passes through.
+MODEL_OPTIONS = (
+    "q_bar",
+    "max_dictionary_size",
+    "fit_subset_size",
+    "exact_max_n",
+    "refit_growth",
+    "refit_tolerance",
+    "refit_max_iterations",
+)
+
+
+class TurboGenerator(TorchGenerator):
+    r"""TuRBO-1 on ``NystromGP``, one batch per Ax call (module docstring).
+
+    Args:
+        batch_size: ``q`` (at most Ax's ``n``; ``None``: Ax's ``n``); also sets
+            the default failure tolerance ``ceil(max(4 / q, d / q))``.
+        length_init, length_min, length_max, success_tolerance,
+            failure_tolerance, improvement_tolerance: As
+            :class:`~botorch_sketch.trust_region.TrustRegionState`.
+        num_candidates: Thompson-sampling candidates per batch (``None``:
+            ``min(5000, max(2000, 200 d))``).
+        seed: Base seed of every draw.
+        surrogate_spec: One ``NystromGP`` ``ModelConfig`` whose ``model_options``
+            (``q_bar``, ``max_dictionary_size``, ...) build the region's model.
+        candidate_set: Optional ``A x d`` library in Ax's model space: batches
+            are library rows not yet observed or pending (module docstring).
+        warm_start_refit: Ignored (the strategy builder passes it to every
+            generator).
+        region_state: The previous call's state (Ax passes it back).
+    """
+
+    def __init__(
+        self,
+        batch_size: int | None = None,
+        length_init: float = 0.8,
+        length_min: float = 0.5**7,
+        length_max: float = 1.6,
+        success_tolerance: int = 3,
+        failure_tolerance: int | None = None,
+        improvement_tolerance: float = 1e-3,
+        num_candidates: int | None = None,
+        seed: int = 0,
+        surrogate_spec: SurrogateSpec | None = None,
+        candidate_set: Any = None,
+        warm_start_refit: bool = False,
+        region_state: dict[str, Any] | None = None,
+    ) -> None:
+        self.settings = {
+            "length_init": float(length_init),
+            "length_min": float(length_min),
+            "length_max": float(length_max),
+            "success_tolerance": success_tolerance,
+            "failure_tolerance": failure_tolerance,
+            "improvement_tolerance": float(improvement_tolerance),
+        }
+        # Validates the settings (d and q are placeholders here).
+        TrustRegionState(dim=1, batch_size=1, length=length_init, **self.settings)
+        if region_state is not None and not isinstance(region_state, dict):
+            raise ValueError(
+                f"region_state must be a dict, got {type(region_state).__name__}."
+            )
+        self.batch_size = batch_size
+        self.num_candidates = num_candidates
+        self.seed = int(seed)
+        configs = [] if surrogate_spec is None else surrogate_spec.model_configs
+        self.model_options = dict(configs[0].model_options) if configs else {}
+        self.library = (
+            None
+            if candidate_set is None
+            else torch.as_tensor(candidate_set, dtype=torch.float64)
+        )
+        self.region_state = region_state
+        self.surrogate = RegionData()
+        self._X: Tensor | None = None
+        self._Y: Tensor | None = None
+        self._sign = 1.0
+
+    # ------------------------------------------------------------------ Ax API
+    def fit(
+        self,
+        datasets: Sequence[SupervisedDataset],
+        search_space_digest: SearchSpaceDigest,
+        candidate_metadata: Any = None,
+    ) -> None:
+        r"""Keep the observations (unit-cube inputs); the model is fitted in gen."""
+        if len(datasets) != 1 or datasets[0].Y.shape[-1] != 1:
+            raise UnsupportedError(
+                "turbo-bkb models one outcome; got "
+                f"{sum(d.Y.shape[-1] for d in datasets)}."
+            )
+        self._bounds = torch.tensor(search_space_digest.bounds, dtype=torch.float64).T
+        self.surrogate = RegionData(training_data=list(datasets))
+        self._X = self._unit(datasets[0].X.to(torch.float64))
+        self._Y = datasets[0].Y.to(torch.float64)
+        if not bool(torch.isfinite(self._Y).all()):
+            raise ValueError("the observations contain NaN or infinite values.")
+
+    def gen(
+        self,
+        n: int,
+        search_space_digest: SearchSpaceDigest,
+        torch_opt_config: TorchOptConfig,
+    ) -> TorchGenResults:
+        r"""The next batch of ``min(n, batch_size)`` points."""
+        if self._X is None or self._Y is None:
+            raise RuntimeError("call fit() before gen().")
+        sign = self._sign = _objective_sign(torch_opt_config)
+        X, Y = self._X, sign * self._Y
+        num_obs, d = X.shape
+        q = n if self.batch_size is None else min(n, self.batch_size)
+        saved = self.region_state or {}
+        if "trust_region" in saved:
+            state = TrustRegionState.from_dict(saved["trust_region"])
+        else:
+            state = TrustRegionState(dim=d, batch_size=q, **self.settings)
+        start = int(saved.get("region_start", 0))
+        seen = int(saved.get("num_seen", 0))
+        sketch = saved.get("sketch_state")
+        info: dict[str, Any] = {}
+        pending = torch_opt_config.pending_observations or []
+        num_pending = int(pending[0].shape[0]) if pending else 0
+        call_seed = (self.seed * 1_000_003 + num_obs + 7919 * num_pending) % (2**31 - 1)
+        info["num_pending"] = num_pending
+        feasible = self._feasibility(torch_opt_config)
+        region_X, region_Y = X[start:], Y[start:]
+        if region_X.shape[0] >= min_region_points(d):
+            model = fit_region_model(
+                region_X, region_Y, warm_start=sketch,
+                **{"seed": self.seed, **self.model_options},
+            )  # fmt: skip
+            state = self._update(state, model, region_X, seen - start)
+            if state.restart_triggered:
+                logger.info("turbo-bkb: region restarts after %d points.", num_obs)
+                state, start, sketch = restart_state(state), num_obs, None
+                self.surrogate.model = None
+            else:
+                sketch = model.sketch_state().to_dict()
+                self.surrogate.model = model
+                info["dictionary_size"] = model.dictionary_size
+        points = X.new_zeros(0, d)
+        if self.surrogate.model is not None and start < num_obs:
+            model = self._hallucinate(self.surrogate.model, torch_opt_config)
+            points = generate_batch(
+                model, state, X[start:], q, num_candidates=self.num_candidates,
+                seed=call_seed, library=self._unit_library(), feasible=feasible,
+            )  # fmt: skip
+        if points.shape[0] == 0:
+            points = self._design(q, d, call_seed + state.restarts, feasible)
+            info["design"] = "sobol"
+        self.region_state = {
+            "trust_region": state.to_dict(),
+            "region_start": start,
+            "num_seen": num_obs,
+            "sketch_state": sketch,
+        }
+        points = self._from_unit(points.to(torch.float64))
+        rounding = torch_opt_config.rounding_func
+        if rounding is not None:  # one point at a time (integer parameters)
+            points = torch.stack([rounding(x) for x in points]).to(points)
+        info.update(
+            {"length": state.length, "restarts": state.restarts, "batch_size": q}
+        )
+        return TorchGenResults(
+            points=points,
+            weights=torch.ones(points.shape[0], dtype=points.dtype),
+            gen_metadata=info,
+        )
+
+    def predict(
+        self, X: Tensor, use_posterior_predictive: bool = False
+    ) -> tuple[Tensor, Tensor]:
+        r"""The region model's posterior at ``X`` (``j x d``, Ax's model space)."""
+        if self.surrogate.model is None:
+            raise RuntimeError("no region model: call gen() after enough data.")
+        with torch.no_grad():
+            post = self.surrogate.model.posterior(
+                self._unit(X.to(torch.float64)),
+                observation_noise=use_posterior_predictive,
+            )
+        var = post.variance.reshape(-1, 1, 1)
+        return (self._sign * post.mean).to(X), var.to(X)
+
+    def _get_state(self) -> dict[str, Any]:
+        r"""``{"region_state": ...}``: what the next call continues from."""
+        state = super()._get_state()
+        if self.region_state is not None:
+            state["region_state"] = self.region_state
+        return state
+
+    # --------------------------------------------------------------- internals
+    def _update(
+        self, state: TrustRegionState, model: NystromGP, X: Tensor, old: int
+    ) -> TrustRegionState:
+        r"""Count the last batch (rows ``old:`` of the region) as a success or a
+        failure, comparing posterior means of the same model."""
+        if old <= 0 or old >= X.shape[0]:  # first model of the region, or no batch
+            return replace(state, best_value=incumbent(model, X)[1])
+        _, before = incumbent(model, X[:old])
+        _, batch = incumbent(model, X[old:])
+        return update_state(replace(state, best_value=before), batch)
+
+    def _hallucinate(self, model: NystromGP, config: TorchOptConfig) -> NystromGP:
+        pending = config.pending_observations
+        if not pending or pending[0].numel() == 0:
+            return model
+        Xp = self._unit(pending[0].to(torch.float64))
+        with torch.no_grad():
+            mean = model.posterior(Xp).mean
+        return model.condition_on_observations(Xp, mean)
+
+    def _feasibility(self, config: TorchOptConfig) -> Callable[[Tensor], Tensor]:
+        r"""Mask of unit-cube candidates that satisfy the parameter constraints
+        and, with a library, are neither observed nor pending."""
+        constraints = config.linear_constraints
+        taken = None
+        if self.library is not None:
+            rows = [self._X]
+            if config.pending_observations:
+                rows.append(self._unit(config.pending_observations[0].double()))
+            taken = torch.cat(rows)
+
+        def feasible(Z: Tensor) -> Tensor:
+            ok = torch.ones(Z.shape[0], dtype=torch.bool, device=Z.device)
+            if constraints is not None:
+                A, b = (t.to(Z) for t in constraints)
+                ok &= (self._from_unit(Z) @ A.T <= b.T + 1e-9).all(-1)
+            if taken is not None and taken.shape[0] > 0:
+                gap = (Z.unsqueeze(1) - taken.to(Z).unsqueeze(0)).abs().amax(-1)
+                ok &= gap.min(-1).values > SAME_POINT_ATOL
+            return ok
+
+        return feasible
+
+    def _design(
+        self, q: int, d: int, seed: int, feasible: Callable[[Tensor], Tensor]
+    ) -> Tensor:
+        r"""A restart's space-filling points: scrambled Sobol (or random library
+        rows), feasible ones only."""
+        library = self._unit_library()
+        if library is None:
+            pool = _sobol(max(64 * q, 1024), d, seed=seed)
+        else:
+            perm = torch.randperm(
+                library.shape[0], generator=torch.Generator().manual_seed(seed)
+            )
+            pool = library[perm]
+        pool = pool[feasible(pool)]
+        if pool.shape[0] == 0:
+            raise SearchSpaceExhausted(
+                "turbo-bkb found no point that satisfies the constraints (or no "
+                "library row left)."
+            )
+        return pool[:q]
+
+    def _unit_library(self) -> Tensor | None:
+        return None if self.library is None else self._unit(self.library)
+
+    def _unit(self, X: Tensor) -> Tensor:
+        lower, upper = self._bounds
+        return (X - lower) / (upper - lower).clamp_min(1e-12)
+
+    def _from_unit(self, X: Tensor) -> Tensor:
+        lower, upper = self._bounds
+        return lower + (upper - lower) * X
+
+
+@dataclass
+class RegionData:
+    r"""What the generator was fitted on and its current region model (as the
+    ``surrogate`` of Ax's ``BoTorchGenerator``).
+
+    Attributes:
+        training_data: Ax's datasets of the last fit (model space).
+        model: The region's ``NystromGP`` (unit-cube inputs, signed outcome);
+            ``None`` before a region has enough points.
+    """
+
+    training_data: list[SupervisedDataset] = field(default_factory=list)
+    model: NystromGP | None = None
+
+
+def min_region_points(dim: int) -> int:
+    r"""Points a region needs before its first model: ``2 d`` (TuRBO's design)."""
+    return 2 * dim
+
+
+def _sobol(num: int, dim: int, seed: int) -> Tensor:
+    return SobolEngine(dim, scramble=True, seed=seed).draw(num).to(torch.float64)
+
+
+def _objective_sign(config: TorchOptConfig) -> float:
+    weights = config.objective_weights
+    if config.outcome_constraints is not None or int((weights != 0).sum()) != 1:
+        raise UnsupportedError(
+            "turbo-bkb optimises one objective without outcome constraints."
+        )
+    return 1.0 if float(weights[weights != 0][0]) > 0 else -1.0
+
+
+def turbo_generator_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
+    r"""The generator's keyword arguments from a strategy's options (validates
+    the region settings together: ``0 < length_min <= length_init <= length_max``).
+    """
+    settings = {key: opts[key] for key in TURBO_OPTIONS if key != "candidate_set"}
+    batch_size, num_candidates = (
+        settings.pop("batch_size"),
+        settings.pop("num_candidates"),
+    )
+    TrustRegionState(dim=1, batch_size=1, length=settings["length_init"], **settings)
+    model_options = {"seed": opts["seed"]}
+    model_options.update({key: opts[key] for key in MODEL_OPTIONS if key in opts})
+    return {
+        **settings,
+        "batch_size": batch_size,
+        "num_candidates": num_candidates,
+        "candidate_set": opts.get("candidate_set"),
+        "surrogate_spec": SurrogateSpec(
+            model_configs=[
+                ModelConfig(
+                    botorch_model_class=NystromGP,
+                    model_options=model_options,
+                    name="NystromGP",
+                )
+            ]
+        ),
+    }
+
+
+class TurboGenerators(GeneratorRegistryBase):
+    r"""Generator registry entry of :class:`TurboGenerator` (like Ax's
+    ``Generators``)."""
+
+    TURBO_BKB = TURBO_GENERATOR_KEY
+
+    @property
+    def GENERATOR_KEY_TO_GENERATOR_SETUP(self) -> dict[str, GeneratorSetup]:  # noqa: N802
+        """The setup of :class:`TurboGenerator`."""
+        return _SETUPS
+
+
+_SETUPS: dict[str, GeneratorSetup] = {
+    TURBO_GENERATOR_KEY: GeneratorSetup(
+        adapter_class=TorchAdapter,
+        generator_class=TurboGenerator,
+        transforms=MBM_X_trans,
+        # Passed back at every call; kept in generator_state_after_gen only.
+        not_saved_generator_kwargs=["region_state"],
+    )
+}
+
+CORE_DECODER_REGISTRY.setdefault(TurboGenerators.__name__, TurboGenerators)

@@ -1,0 +1,32 @@
+r"""Trust-region Bayesian optimisation (TuRBO-1) on the sketched GP.
+
+The region's state machine (:mod:`~botorch_sketch.trust_region.state`) and its
+candidates by Thompson sampling through a ``NystromGP``
+(:mod:`~botorch_sketch.trust_region.candidates`).
+"""
+
+from botorch_sketch.trust_region.candidates import (
+    fit_region_model,
+    generate_batch,
+    incumbent,
+    perturbed_candidates,
+    region_bounds,
+)
+from botorch_sketch.trust_region.state import (
+    TrustRegionState,
+    is_improvement,
+    restart_state,
+    update_state,
+)
+
+__all__ = [
+    "TrustRegionState",
+    "fit_region_model",
+    "generate_batch",
+    "incumbent",
+    "is_improvement",
+    "perturbed_candidates",
+    "region_bounds",
+    "restart_state",
+    "update_state",
+]

@@ -1,0 +1,207 @@
+r"""Candidates of a trust region: Thompson sampling through a ``NystromGP``.
+
+TuRBO-1 (Eriksson et al., NeurIPS 2019, Sec. 3) on the unit cube ``[0, 1]^d``:
+
+- **Region.** Centre ``c`` (the incumbent), base side ``L`` and ARD lengthscales
+  ``l`` (``d``) give per-dimension sides ``w_i L`` with ``w_i = l_i / (prod_j
+  l_j)^{1/d}`` (geometric mean 1): ``[c_i - w_i L / 2, c_i + w_i L / 2]``,
+  intersected with ``[0, 1]``.
+- **Candidates.** ``A`` scrambled Sobol points in the region; each coordinate is
+  kept from the Sobol point with probability ``min(1, 20 / d)`` (at least one per
+  candidate) and set to ``c_i`` otherwise, so in high dimension the candidates
+  move along few coordinates at a time.
+- **Batch.** ``q`` Thompson samples of the posterior over the ``A`` candidates,
+  each contributing its maximiser, without repeats:
+  :class:`~botorch_sketch.generation.EmbeddingThompsonSampling`, ``O(A m)`` time
+  for a dictionary of ``m`` points (no ``A x A`` covariance).
+
+The model is a ``NystromGP`` on the region's data (:func:`fit_region_model`,
+warm-started from the previous model's sketch), so its cost stays
+``O(n m^2)`` instead of the exact GP's ``O(n^3)``. The incumbent is the observed
+point of largest posterior mean (:func:`incumbent`), not the largest noisy
+observation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from botorch.fit import fit_gpytorch_mll
+from gpytorch.mlls import ExactMarginalLogLikelihood
+from torch import Tensor
+from torch.quasirandom import SobolEngine
+
+from botorch_sketch.generation.thompson import EmbeddingThompsonSampling
+from botorch_sketch.models.nystrom import NystromGP
+from botorch_sketch.trust_region.state import TrustRegionState
+
+__all__ = [
+    "default_num_candidates",
+    "fit_region_model",
+    "generate_batch",
+    "incumbent",
+    "perturbed_candidates",
+    "region_bounds",
+]
+
+#: Expected number of perturbed coordinates per candidate (``min(1, 20 / d)``).
+PERTURBED_DIMS = 20.0
+
+
+def default_num_candidates(dim: int) -> int:
+    r"""TuRBO's candidate count, ``min(5000, max(2000, 200 d))``."""
+    return min(5000, max(2000, 200 * dim))
+
+
+def fit_region_model(
+    X: Tensor,
+    Y: Tensor,
+    warm_start: Any = None,
+    seed: int | None = None,
+    **model_options: Any,
+) -> NystromGP:
+    r"""A fitted ``NystromGP`` on the region's data.
+
+    Args:
+        X: ``n x d`` inputs in the unit cube.
+        Y: ``n x 1`` values (to maximise).
+        warm_start: A previous model's ``sketch_state()`` (or its dict) on a
+            prefix of the same data; ``None``: fitted from scratch.
+        seed: The model's seed.
+        **model_options: Further ``NystromGP`` options (``q_bar``,
+            ``max_dictionary_size``, ...).
+
+    Returns:
+        The fitted model (hyperparameters and dictionary).
+    """
+    model = NystromGP(X, Y, seed=seed, warm_start=warm_start, **model_options)
+    fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+    return model
+
+
+def incumbent(model: NystromGP, X: Tensor) -> tuple[int, float]:
+    r"""Index and posterior mean of the row of ``X`` (``n x d``) of largest
+    posterior mean (single-output model, maximisation)."""
+    if X.dim() != 2 or X.shape[0] == 0:
+        raise ValueError(f"X must be a non-empty n x d tensor, got {tuple(X.shape)}.")
+    with torch.no_grad():
+        mean = model.posterior(X).mean.reshape(-1)
+    index = int(mean.argmax())
+    return index, float(mean[index])
+
+
+def lengthscales(model: NystromGP) -> Tensor:
+    r"""The model's ARD lengthscales as a ``d`` vector (one shared value repeated)."""
+    kernel = model.covar_module
+    kernel = getattr(kernel, "base_kernel", kernel)
+    ls = kernel.lengthscale.detach().reshape(-1)
+    return ls.expand(model.input_dim) if ls.numel() == 1 else ls
+
+
+def region_bounds(center: Tensor, lengthscales: Tensor, length: float) -> Tensor:
+    r"""``2 x d`` bounds of the region, intersected with the unit cube.
+
+    Args:
+        center: ``d`` centre in ``[0, 1]^d``.
+        lengthscales: ``d`` positive ARD lengthscales.
+        length: Base side length ``L > 0``.
+    """
+    if center.dim() != 1 or lengthscales.shape != center.shape:
+        raise ValueError(
+            f"center and lengthscales must be d vectors, got {tuple(center.shape)} "
+            f"and {tuple(lengthscales.shape)}."
+        )
+    if not bool((lengthscales > 0).all()) or not length > 0:
+        raise ValueError("lengthscales and length must be positive.")
+    half = half_sides(lengthscales.to(center), length)
+    lower = (center - half).clamp(0.0, 1.0)
+    upper = (center + half).clamp(0.0, 1.0)
+    return torch.stack([lower, upper])
+
+
+def half_sides(lengthscales: Tensor, length: float) -> Tensor:
+    r"""``w_i L / 2`` with ``w = l / (prod l)^{1/d}`` (a ``d`` vector)."""
+    return lengthscales / lengthscales.log().mean().exp() * length / 2.0
+
+
+def perturbed_candidates(
+    center: Tensor, bounds: Tensor, num: int, seed: int | None = None
+) -> Tensor:
+    r"""``num x d`` Sobol candidates in ``bounds``, perturbed from ``center`` in a
+    random subset of coordinates (probability ``min(1, 20 / d)``, at least one)."""
+    if not isinstance(num, int) or isinstance(num, bool) or num < 1:
+        raise ValueError(f"num must be a positive int, got {num!r}.")
+    d = center.shape[-1]
+    generator = None if seed is None else torch.Generator().manual_seed(seed)
+    sobol = SobolEngine(d, scramble=True, seed=seed).draw(num).to(center)
+    points = bounds[0] + (bounds[1] - bounds[0]) * sobol
+    prob = min(1.0, PERTURBED_DIMS / d)
+    mask = torch.rand(num, d, generator=generator, dtype=torch.float64) <= prob
+    empty = ~mask.any(-1)
+    if bool(empty.any()):
+        cols = torch.randint(d, (int(empty.sum()),), generator=generator)
+        mask[empty.nonzero().squeeze(-1), cols] = True
+    mask = mask.to(center.device)
+    return torch.where(mask, points, center.expand_as(points))
+
+
+def generate_batch(
+    model: NystromGP,
+    state: TrustRegionState,
+    X: Tensor,
+    q: int,
+    num_candidates: int | None = None,
+    seed: int | None = None,
+    library: Tensor | None = None,
+    feasible: Callable[[Tensor], Tensor] | None = None,
+) -> Tensor:
+    r"""``q`` new points in the trust region by Thompson sampling (maximisation).
+
+    Args:
+        model: A fitted single-output ``NystromGP`` on the region's data (unit-cube
+            inputs; values to maximise).
+        state: The region's state (its side length ``L``).
+        X: ``n x d`` observed inputs of the region (the centre is the one of
+            largest posterior mean).
+        q: Number of points.
+        num_candidates: ``A`` (default :func:`default_num_candidates`).
+        seed: Seed of the candidates and of the samples.
+        library: Optional ``A x d`` finite set (unit cube) to choose from instead
+            of perturbed Sobol points: its rows inside the region, or, when fewer
+            than ``q`` are, the ``q`` rows nearest the centre (lengthscale-scaled
+            max-distance).
+        feasible: Optional ``A x d -> A`` boolean mask of allowed candidates
+            (e.g. parameter constraints, rows not taken yet).
+
+    Returns:
+        A ``k x d`` tensor, ``k = min(q, allowed candidates)``, in the region
+        intersected with ``[0, 1]^d`` (or the nearest library rows); ``0 x d``
+        when no candidate is allowed.
+    """
+    if not isinstance(q, int) or isinstance(q, bool) or q < 1:
+        raise ValueError(f"q must be a positive int, got {q!r}.")
+    if model.num_outputs != 1:
+        raise ValueError("generate_batch needs a single-output model.")
+    index, _ = incumbent(model, X)
+    center = X[index].to(torch.float64)
+    bounds = region_bounds(center, lengthscales(model), state.length)
+    if library is None:
+        num = num_candidates or default_num_candidates(X.shape[-1])
+        candidates = perturbed_candidates(center, bounds, max(num, q), seed=seed)
+    else:
+        candidates = library.to(center)
+    if feasible is not None:
+        candidates = candidates[feasible(candidates)]
+    if library is not None and candidates.shape[0] > 0:
+        half = half_sides(lengthscales(model).to(center), state.length)
+        gap = ((candidates - center) / half).abs().amax(-1)
+        inside = int((gap <= 1.0 + 1e-12).sum())
+        keep = gap.argsort()[: max(inside, q)]
+        candidates = candidates[keep]
+    k = min(q, candidates.shape[0])
+    if k == 0:
+        return candidates
+    sampler = EmbeddingThompsonSampling(model, replacement=False, seed=seed)
+    return sampler(candidates, num_samples=k)

@@ -1,0 +1,163 @@
+"""The "turbo-bkb" strategy: options, bounds, save/load, pending trials, outcome."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from ax import Client, RangeParameterConfig
+from botorch.test_functions import Hartmann
+from torch.quasirandom import SobolEngine
+
+from botorch_sketch.ax import (
+    get_generation_strategy,
+    get_next_batch,
+    list_generation_strategies,
+    strategy_options,
+)
+from tests.ax.helpers import evaluate, make_client, run_trials
+
+
+def batches(client: Client, rounds: int, size: int = 6) -> None:
+    for _ in range(rounds):
+        for index, p in get_next_batch(client, max_batch_size=size).items():
+            client.complete_trial(index, raw_data=evaluate("branin", p, True))
+
+
+def arms_of(client: Client) -> list[dict]:
+    return [t.arm.parameters for t in client._experiment.trials.values()]
+
+
+def last_metadata(client: Client) -> dict:
+    trial = client._experiment.trials[max(client._experiment.trials)]
+    return trial.generator_runs[0].gen_metadata
+
+
+def test_registered_with_its_options():
+    assert "turbo-bkb" in list_generation_strategies()
+    options = strategy_options("turbo-bkb")
+    assert options["length_init"] == 0.8 and options["length_min"] == 0.5**7
+    assert options["success_tolerance"] == 3 and options["failure_tolerance"] is None
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"length_init": -0.8}, "length_init must be a finite number > 0"),
+        ({"length_min": 0.0}, "length_min"),
+        ({"length_max": float("inf")}, "length_max"),
+        ({"length_min": 0.9}, "length_min <= length_init <= length_max"),
+        ({"length_max": 0.5}, "length_min <= length_init <= length_max"),
+        ({"improvement_tolerance": 1.5}, "improvement_tolerance"),
+        ({"improvement_tolerance": 1.0}, "improvement_tolerance"),
+        ({"improvement_tolerance": -1e-3}, "improvement_tolerance"),
+        ({"success_tolerance": 0}, "success_tolerance"),
+        ({"failure_tolerance": -1}, "failure_tolerance"),
+        ({"batch_size": 0}, "batch_size must be a positive int"),
+        ({"num_candidates": 0}, "num_candidates"),
+    ],
+)
+def test_bad_options_fail_in_get_generation_strategy(options, message):
+    with pytest.raises(ValueError, match=message):
+        get_generation_strategy("turbo-bkb", **options)
+
+
+def test_batches_stay_in_the_bounds_and_restart():
+    # length_min = 0.5: the first shrink restarts the region.
+    client = make_client(
+        "turbo-bkb", initialization_budget=4, length_min=0.5, num_candidates=200
+    )
+    run_trials(client, "branin", total=4)
+    restarts, lengths = [], []
+    for _ in range(8):
+        trials = get_next_batch(client, max_batch_size=6)
+        assert len(trials) == 6
+        for index, p in trials.items():
+            assert -5.0 <= p["x0"] <= 10.0 and 0.0 <= p["x1"] <= 15.0
+            client.complete_trial(index, raw_data=evaluate("branin", p))
+        restarts.append(last_metadata(client)["restarts"])
+        lengths.append(last_metadata(client)["length"])
+    assert restarts[-1] >= 1
+    assert all(length in (0.8, 1.6) for length in lengths)
+
+
+def test_batch_size_caps_the_batch_and_integers_are_integers():
+    client = Client(random_seed=0)
+    client.configure_experiment(
+        parameters=[
+            RangeParameterConfig(name="x", parameter_type="float", bounds=(-1.0, 1.0)),
+            RangeParameterConfig(name="k", parameter_type="int", bounds=(0, 20)),
+        ]
+    )
+    client.configure_optimization(objective="-f")
+    client.set_generation_strategy(
+        get_generation_strategy(
+            "turbo-bkb", initialization_budget=4, batch_size=3, num_candidates=200
+        )
+    )
+    for _ in range(4):
+        for index, p in get_next_batch(client, max_batch_size=8).items():
+            assert p["k"] == int(p["k"]) and 0 <= p["k"] <= 20
+            assert -1.0 <= p["x"] <= 1.0
+            client.complete_trial(
+                index, raw_data={"f": p["x"] ** 2 + (p["k"] - 7) ** 2}
+            )
+    # 4 Sobol trials, then batches of batch_size = 3 < max_batch_size.
+    assert len(client._experiment.trials) == 4 + 3 * 3
+
+
+def test_json_save_load_mid_run_continues_with_the_same_arms(tmp_path):
+    options = {"initialization_budget": 4, "length_min": 0.5, "num_candidates": 300}
+    uninterrupted = make_client("turbo-bkb", **options)
+    run_trials(uninterrupted, "branin", total=4, json_exact=True)
+    batches(uninterrupted, 6)
+
+    interrupted = make_client("turbo-bkb", **options)
+    run_trials(interrupted, "branin", total=4, json_exact=True)
+    batches(interrupted, 4)
+    path = tmp_path / "experiment.json"
+    interrupted.save_to_json_file(str(path))
+    torch.manual_seed(12345)
+    loaded = Client.load_from_json_file(str(path))
+    batches(loaded, 2)
+    assert len(arms_of(loaded)) == 4 + 6 * 6
+    assert arms_of(loaded) == arms_of(uninterrupted)
+    assert last_metadata(loaded) == last_metadata(uninterrupted)
+
+
+def test_pending_trials_get_new_points():
+    client = make_client("turbo-bkb", initialization_budget=4, num_candidates=300)
+    run_trials(client, "branin", total=4)
+    first = get_next_batch(client, max_batch_size=4)
+    second = get_next_batch(client, max_batch_size=4)  # the first still running
+    points = {tuple(p.values()) for p in [*first.values(), *second.values()]}
+    assert len(points) == 8
+
+
+@pytest.mark.outcome
+def test_beats_sobol_on_hartmann6():
+    # 12 Sobol points, then 6 batches of 8 (60 evaluations in all) against 60
+    # scrambled Sobol points, 3 seeds.
+    f = Hartmann(dim=6)
+    names = [f"x{i}" for i in range(6)]
+    for seed in range(3):
+        client = Client(random_seed=seed)
+        client.configure_experiment(
+            parameters=[
+                RangeParameterConfig(name=n, parameter_type="float", bounds=(0, 1))
+                for n in names
+            ]
+        )
+        client.configure_optimization(objective="-f")
+        client.set_generation_strategy(
+            get_generation_strategy(
+                "turbo-bkb", seed=seed, initialization_budget=12, num_candidates=1000
+            )
+        )
+        values = []
+        while len(values) < 60:
+            for index, p in get_next_batch(client, max_batch_size=8).items():
+                value = float(f(torch.tensor([[p[n] for n in names]])))
+                client.complete_trial(index, raw_data={"f": value})
+                values.append(value)
+        sobol = SobolEngine(6, scramble=True, seed=seed).draw(60).double()
+        assert min(values) < float(f(sobol).min()) - 0.3, seed

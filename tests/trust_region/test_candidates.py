@@ -1,0 +1,71 @@
+"""Trust-region candidates: inside the region and the unit cube."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from botorch_sketch.trust_region import (
+    TrustRegionState,
+    fit_region_model,
+    generate_batch,
+    incumbent,
+    perturbed_candidates,
+    region_bounds,
+)
+from botorch_sketch.trust_region.candidates import lengthscales
+
+
+def test_region_sides_follow_the_lengthscales_and_stay_in_the_cube():
+    center = torch.tensor([0.5, 0.5, 0.95], dtype=torch.float64)
+    ls = torch.tensor([1.0, 4.0, 0.25], dtype=torch.float64)  # geometric mean 1
+    bounds = region_bounds(center, ls, 0.2)
+    torch.testing.assert_close(bounds[1, :2] - bounds[0, :2], torch.tensor(
+        [0.2, 0.8], dtype=torch.float64))  # fmt: skip
+    assert float(bounds[0, 2]) == pytest.approx(0.925)
+    clipped = region_bounds(center, ls, 0.8)  # third side 0.2 around 0.95
+    assert float(clipped[1, 2]) == 1.0
+    assert float(clipped[0, 2]) == pytest.approx(0.85)
+    wide = region_bounds(center, ls, 1.6)
+    assert bool((wide >= 0).all()) and bool((wide <= 1).all())
+    with pytest.raises(ValueError, match="positive"):
+        region_bounds(center, -ls, 0.2)
+
+
+def test_candidates_perturb_a_subset_of_coordinates_inside_the_bounds():
+    d = 40
+    center = torch.full((d,), 0.5, dtype=torch.float64)
+    bounds = region_bounds(center, torch.ones(d, dtype=torch.float64), 0.4)
+    X = perturbed_candidates(center, bounds, 2000, seed=0)
+    assert X.shape == (2000, d)
+    assert bool((X >= bounds[0]).all()) and bool((X <= bounds[1]).all())
+    moved = (X != center).sum(-1)
+    assert int(moved.min()) >= 1
+    assert abs(float(moved.double().mean()) - 20.0) < 1.0  # 20 / d of 40 coordinates
+    torch.testing.assert_close(X, perturbed_candidates(center, bounds, 2000, seed=0))
+
+
+@pytest.mark.parametrize("length", [0.05, 0.8, 1.6])
+def test_batch_is_inside_the_region_and_the_cube(length):
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(40, 3, generator=g, dtype=torch.float64)
+    Y = -((X - 0.8) ** 2).sum(-1, keepdim=True)
+    model = fit_region_model(X, Y, seed=0)
+    state = TrustRegionState(dim=3, batch_size=5, length=length, length_max=1.6)
+    batch = generate_batch(model, state, X, 5, num_candidates=500, seed=1)
+    index, value = incumbent(model, X)
+    bounds = region_bounds(X[index], lengthscales(model), length)
+    assert batch.shape == (5, 3) and torch.unique(batch, dim=0).shape[0] == 5
+    assert bool((batch >= bounds[0] - 1e-12).all())
+    assert bool((batch <= bounds[1] + 1e-12).all())
+    assert bool((batch >= 0).all()) and bool((batch <= 1).all())
+    with torch.no_grad():
+        mean = float(model.posterior(X[index : index + 1]).mean)
+    assert value == pytest.approx(mean)
+
+
+def test_generate_batch_rejects_bad_q():
+    X = torch.rand(10, 2, dtype=torch.float64)
+    model = fit_region_model(X, X.sum(-1, keepdim=True), seed=0)
+    with pytest.raises(ValueError, match="q must"):
+        generate_batch(model, TrustRegionState(dim=2, batch_size=1), X, 0)
