@@ -503,6 +503,7 @@ def run_trials(
     max_trials: int,
     parallelism: int,
     tolerated_trial_failure_rate: float = 0.5,
+    logging_level: int = logging.INFO,
 ) -> None:
     r"""``client.run_trials`` without the Orchestrator's pauses between launches.
 
@@ -517,6 +518,7 @@ def run_trials(
         max_trials: Trials to run.
         parallelism: Trials in flight at once (the number of workers).
         tolerated_trial_failure_rate: Share of failed trials the run tolerates.
+        logging_level: Level of the Orchestrator's log messages.
     """
     if not isinstance(client._experiment.runner, RayRunner):
         raise ValueError("run_trials needs a client configured with configure_ray")
@@ -530,6 +532,7 @@ def run_trials(
             init_seconds_between_polls=0,
             min_seconds_before_poll=0.0,
             seconds_between_polls_backoff_factor=1.0,
+            logging_level=logging_level,
         ),
         db_settings=db_settings_from_storage_config(storage) if storage else None,
     )
