@@ -125,7 +125,7 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
     configure_ray(client, evaluate, num_workers=k)
     load = os.getloadavg()[0]
     t0 = time.time()
-    if method.endswith("sync"):
+    if method == "bbkb sync":
         for _ in range(math.ceil(args.trials / k)):
             run_trials(client, max_trials=k, parallelism=k)
     else:
