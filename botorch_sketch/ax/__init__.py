@@ -17,6 +17,7 @@ from botorch_sketch.ax import fit, input_constructors  # noqa: F401  (registrati
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
 from botorch_sketch.ax.encoding import encode_library
 from botorch_sketch.ax.library import BBKBLibraryGenerator
+from botorch_sketch.ax.ray import configure_ray
 from botorch_sketch.ax.storage import register_with_ax, save_experiment
 from botorch_sketch.ax.strategies import (
     get_generation_strategy,
@@ -30,6 +31,7 @@ register_with_ax()
 __all__ = [
     "AdaptiveBatchAcquisition",
     "BBKBLibraryGenerator",
+    "configure_ray",
     "encode_library",
     "get_generation_strategy",
     "get_next_batch",

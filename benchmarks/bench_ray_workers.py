@@ -1,0 +1,244 @@
+"""k Ray workers through Ax's Orchestrator: utilisation and best value vs wall-clock.
+
+Each trial is one Ray task (``botorch_sketch.ax.configure_ray``) that computes a
+test function and sleeps a log-normal time (mean ``--mean`` s, log-sd
+``--sigma``: a heavy tail), so the workers need no real cores. Methods, all under
+the same runner and ``k`` workers:
+
+- ``bbkb async``: ``get_generation_strategy("bbkb")``, the Orchestrator refilling
+  each free worker at once (one single-arm trial per free slot, running trials
+  hallucinated as pending points);
+- ``ax default async``: the same loop with Ax's default strategy (Sobol, then
+  BoTorch's GP with qLogNEI; Ax caps its parallelism itself);
+- ``bbkb sync``: ``bbkb`` in synchronous batches of ``k`` (each batch waits for
+  its slowest evaluation).
+
+Recorded per run: wall time, worker utilisation ``sum(busy) / (k * wall)`` (busy:
+worker-side evaluation time; wall: first submission to last finish), mean trials
+in flight, and the best value found vs wall-clock time.
+
+Writes ``benchmarks/results/ray_workers{tag}.{csv,md,png}`` and the best-value
+traces to ``ray_workers{tag}_traces.csv``.
+
+Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_ray_workers.py [--k 8] [--trials 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+import ray  # noqa: E402
+from ax import Client, RangeParameterConfig  # noqa: E402
+from harness import (  # noqa: E402
+    RESULTS,
+    figure,
+    markdown_table,
+    write_csv,
+    write_report,
+)
+
+from botorch_sketch.ax import configure_ray, get_generation_strategy  # noqa: E402
+from botorch_sketch.ax.ray import (  # noqa: E402
+    FINISHED_KEY,
+    STARTED_KEY,
+    SUBMITTED_KEY,
+    run_trials,
+)
+
+METHODS = ("bbkb async", "ax default async", "bbkb sync")
+#: name -> (dimension, optimum); minimised, inputs in the unit cube.
+PROBLEMS = {"hartmann6": (6, -3.32237), "branin": (2, 0.397887)}
+
+
+def make_evaluate(problem: str, mean: float, sigma: float, seed: int):
+    """``parameters -> {"f": value}`` after a log-normal sleep (mean ``mean`` s).
+
+    A nested function: Ray ships it by value, so workers import only numpy.
+    """
+    mu = math.log(mean) - sigma**2 / 2  # E[exp(N(mu, sigma^2))] = mean
+
+    def evaluate(p):
+        import time
+
+        import numpy as np
+
+        x = np.array([p[f"x{i}"] for i in range(len(p))])
+        key = int(abs(hash(tuple(x.round(12)))) % 2**31)
+        rng = np.random.default_rng([seed, key])
+        time.sleep(float(rng.lognormal(mu, sigma)))
+        if problem == "branin":
+            u, v = 15 * x[0] - 5, 15 * x[1]
+            b, c = 5.1 / (4 * np.pi**2), 5 / np.pi
+            f = (v - b * u**2 + c * u - 6) ** 2 + 10 * (1 - 1 / (8 * np.pi)) * np.cos(u)
+            return {"f": float(f + 10)}
+        alpha = np.array([1.0, 1.2, 3.0, 3.2])
+        A = np.array(
+            [
+                [10, 3, 17, 3.5, 1.7, 8],
+                [0.05, 10, 17, 0.1, 8, 14],
+                [3, 3.5, 1.7, 10, 17, 8],
+                [17, 8, 0.05, 10, 0.1, 14],
+            ]
+        )
+        P = 1e-4 * np.array(
+            [
+                [1312, 1696, 5569, 124, 8283, 5886],
+                [2329, 4135, 8307, 3736, 1004, 9991],
+                [2348, 1451, 3522, 2883, 3047, 6650],
+                [4047, 8828, 8732, 5743, 1091, 381],
+            ]
+        )
+        f = -float(alpha @ np.exp(-(A * (x - P) ** 2).sum(axis=1)))
+        return {"f": f}
+
+    return evaluate
+
+
+def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> dict:
+    dim, optimum = PROBLEMS[problem]
+    client = Client(random_seed=seed)
+    client.configure_experiment(
+        parameters=[
+            RangeParameterConfig(name=f"x{i}", parameter_type="float", bounds=(0, 1))
+            for i in range(dim)
+        ]
+    )
+    client.configure_optimization(objective="-f")
+    if method.startswith("bbkb"):
+        client.set_generation_strategy(
+            get_generation_strategy("bbkb", initialization_budget=2 * dim, seed=seed)
+        )
+    k = args.k
+    evaluate = make_evaluate(problem, args.mean, args.sigma, seed)
+    configure_ray(client, evaluate, num_workers=k)
+    load = os.getloadavg()[0]
+    t0 = time.time()
+    if method == "bbkb sync":
+        for _ in range(math.ceil(args.trials / k)):
+            run_trials(client, max_trials=k, parallelism=k)
+    else:
+        run_trials(client, max_trials=args.trials, parallelism=k)
+    trials = [
+        t
+        for t in client._experiment.trials.values()
+        if t.status.is_completed and FINISHED_KEY in t.run_metadata
+    ]
+    df = client._experiment.lookup_data().df.set_index("trial_index")["mean"]
+    submitted = min(t.run_metadata[SUBMITTED_KEY] for t in trials)
+    finished = max(t.run_metadata[FINISHED_KEY] for t in trials)
+    wall = finished - submitted
+    busy = sum(
+        t.run_metadata[FINISHED_KEY] - t.run_metadata[STARTED_KEY] for t in trials
+    )
+    span = sum(
+        t.run_metadata[FINISHED_KEY] - t.run_metadata[SUBMITTED_KEY] for t in trials
+    )
+    order = sorted(trials, key=lambda t: t.run_metadata[FINISHED_KEY])
+    times = [t.run_metadata[FINISHED_KEY] - t0 for t in order]
+    best = np.minimum.accumulate([float(df[t.index]) for t in order])
+    return {
+        "problem": problem,
+        "method": method,
+        "k": k,
+        "seed": seed,
+        "trials": len(client._experiment.trials),
+        "wall [s]": wall,
+        "utilisation": busy / (k * wall),
+        "in flight": span / wall,
+        "best value": float(best[-1]),
+        "simple regret": float(best[-1]) - optimum,
+        "load": load,
+        "times": times,
+        "best": best.tolist(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--k", type=int, default=8)
+    parser.add_argument("--trials", type=int, default=100)
+    parser.add_argument("--mean", type=float, default=0.5)
+    parser.add_argument("--sigma", type=float, default=0.8)
+    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--problems", nargs="+", default=list(PROBLEMS))
+    parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--tag", default="")
+    args = parser.parse_args()
+    logging.getLogger("ax").setLevel(logging.WARNING)
+    logging.getLogger("botorch_sketch").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    ray.init(num_cpus=args.k, include_dashboard=False, log_to_driver=False)
+
+    rows = []
+    for problem in args.problems:
+        for method in args.methods:
+            for seed in range(args.seeds):
+                row = run_one(method, problem, args, seed)
+                print(
+                    f"{problem} {method} seed {seed}: wall {row['wall [s]']:.1f} s, "
+                    f"utilisation {row['utilisation']:.2f}, "
+                    f"best {row['best value']:.4g}, load {row['load']:.1f}",
+                    flush=True,
+                )
+                rows.append(row)
+    ray.shutdown()
+
+    name = f"ray_workers{args.tag}"
+    write_csv(
+        RESULTS / f"{name}.csv",
+        [{k: v for k, v in r.items() if k not in ("times", "best")} for r in rows],
+    )
+    write_csv(
+        RESULTS / f"{name}_traces.csv",
+        [
+            {**{c: r[c] for c in ("problem", "method", "seed")}, "time": t, "best": b}
+            for r in rows
+            for t, b in zip(r["times"], r["best"], strict=True)
+        ],
+    )
+    fig, axes = figure(1, len(args.problems), figsize=(5 * len(args.problems), 3.6))
+    axes = np.atleast_1d(axes)
+    for ax, problem in zip(axes, args.problems, strict=True):
+        optimum = PROBLEMS[problem][1]
+        for r in rows:
+            if r["problem"] == problem:
+                label = f"{r['method']} (seed {r['seed']})"
+                regret = np.maximum(np.asarray(r["best"]) - optimum, 1e-6)
+                ax.step(r["times"], regret, where="post", label=label)
+        ax.set(title=f"{problem}, k={args.k}", xlabel="wall-clock [s]", yscale="log")
+        ax.set_ylabel("simple regret of the best value")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(RESULTS / f"{name}.png", dpi=110)
+
+    columns = ["problem", "method", "k", "seed", "trials", "wall [s]"]
+    columns += ["utilisation", "in flight", "best value", "simple regret", "load"]
+    intro = (
+        f"k = {args.k} Ray workers on this machine (local Ray, sleeping tasks), "
+        f"{args.trials} trials per run; evaluation time log-normal with mean "
+        f"{args.mean} s and log-sd {args.sigma}. *utilisation*: worker-side busy "
+        "time / (k x wall), wall from the first submission to the last finish; "
+        "*in flight*: mean number of submitted, unfinished trials; *load*: the "
+        "1-minute load average when the run started (the machine is shared)."
+    )
+    write_report(
+        RESULTS / f"{name}.md",
+        f"k = {args.k} Ray workers through Ax's Orchestrator",
+        [intro, markdown_table(rows, columns), f"![best vs wall-clock]({name}.png)"],
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,539 @@
+r"""Run Ax trials on Ray workers: an ``IRunner`` / ``IMetric`` pair and one setup call.
+
+``configure_ray(client, evaluate, num_workers=k)`` attaches to an Ax ``Client`` a
+:class:`RayRunner` (each trial is one Ray task computing ``evaluate(parameters)``)
+and one :class:`RayMetric` per metric (reading the finished task's value). Then
+``client.run_trials(max_trials=N, parallelism=k)`` (Ax's Orchestrator), or
+:func:`run_trials` (the same Orchestrator without its one-second pauses between
+launches), keeps ``k`` trials in flight:
+
+- ``evaluate(parameters) -> {metric_name: value}``, where a value is a number (the
+  mean, noise unknown) or a pair ``(mean, sem)``; every configured metric must be
+  present, and means must be finite and SEMs finite and non-negative (or ``None``
+  for unknown).
+- The Orchestrator asks the generation strategy for one single-arm trial per free
+  slot (``gen(num_trials=1, n=1)``), with the running trials as pending points; the
+  package's strategies hallucinate those (asynchronous BBKB: a worker that
+  finishes gets new work at once, chosen from the current posterior with the
+  pending points' variance shrunk).
+- A trial ends FAILED, with the reason in its run metadata under ``"error"`` and as
+  its failure reason, when ``evaluate`` raises, when its worker process dies
+  (Ray's ``WorkerCrashedError``; tasks run with ``max_retries=0`` so a crashed
+  evaluation is never silently run twice), when the returned values are invalid
+  (missing metric, NaN or infinite), or when its task is unknown to this process.
+  The Orchestrator goes on while the share of failed trials stays within its
+  ``tolerated_trial_failure_rate``.
+- Run metadata is JSON: the task's object id (hex), the submission time and, once
+  finished, the worker's start and finish times (``time.time()`` seconds), from
+  which worker utilisation ``sum(busy) / (k * wall)`` follows. The ``ObjectRef`` s
+  live in a process-wide map keyed by that id. An experiment saved while trials
+  run reloads; in the same process (Ray still up) its running trials are still
+  tracked, in a new process they are unknown and are failed at the first poll
+  (Ax does not re-run failed trials; the Orchestrator generates new ones). After
+  loading, call ``configure_ray`` again to attach the evaluation function: a
+  loaded runner only polls.
+
+Ray is optional (``pip install botorch_sketch[ray]``); it is imported when
+``configure_ray`` or :func:`run_trials` is called. With ``address=None`` a local
+Ray is started with ``num_cpus=num_workers`` (one slot per concurrent
+evaluation), unless Ray is already initialised in this process; with an address,
+the existing cluster is joined.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ax.api.client import Client
+from ax.api.protocols.metric import IMetric
+from ax.api.protocols.runner import IRunner
+from ax.api.types import TParameterization
+from ax.api.utils.storage import db_settings_from_storage_config
+from ax.core.base_trial import BaseTrial
+from ax.core.trial_status import TrialStatus
+from ax.orchestration.orchestrator import Orchestrator
+from ax.orchestration.orchestrator_options import OrchestratorOptions
+from ax.storage.json_store.registry import (
+    CORE_DECODER_REGISTRY,
+    CORE_ENCODER_REGISTRY,
+)
+
+__all__ = [
+    "RayMetric",
+    "RayRunner",
+    "configure_ray",
+    "register_ray_storage",
+    "run_trials",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Run-metadata keys.
+TASK_KEY = "ray_object_id"
+SUBMITTED_KEY = "submitted_at"
+STARTED_KEY = "worker_started_at"
+FINISHED_KEY = "worker_finished_at"
+ERROR_KEY = "error"
+
+INSTALL_HINT = "Ray is not installed: pip install botorch_sketch[ray]"
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as err:  # pragma: no cover - exercised without ray
+        raise ImportError(INSTALL_HINT) from err
+    return ray
+
+
+@dataclass
+class _Task:
+    r"""One evaluation: its Ray reference and, once finished, its outcome.
+
+    Attributes:
+        ref: The task's ``ObjectRef`` (dropped once the outcome is read).
+        outcome: ``metric name -> (mean, sem)`` of a successful evaluation.
+        error: Why the trial failed.
+        started: Worker-side start time (seconds since the epoch).
+        finished: Worker-side finish time.
+    """
+
+    ref: Any
+    outcome: dict[str, tuple[float, float]] | None = None
+    error: str | None = None
+    started: float | None = None
+    finished: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is not None or self.error is not None
+
+
+#: Process-wide map: object id (hex) -> task. ``ObjectRef`` s cannot be stored in
+#: Ax's JSON, so runners and metrics (also reloaded ones) find tasks here.
+_TASKS: dict[str, _Task] = {}
+
+
+def _unknown_task_error(key: Any) -> str:
+    return (
+        f"Ray task {key!r} is unknown to this process (the experiment was saved "
+        "while the trial ran, or Ray was restarted); the trial is failed."
+    )
+
+
+def parse_outcome(
+    result: Any, metric_names: Sequence[str]
+) -> dict[str, tuple[float, float]]:
+    r"""Validate ``evaluate``'s return value and convert it to ``(mean, sem)`` pairs.
+
+    Args:
+        result: ``{metric_name: value}``, a value a real number or ``(mean, sem)``
+            with ``sem`` a non-negative number or ``None`` (unknown noise).
+        metric_names: Metrics that must be present (other keys are ignored).
+
+    Returns:
+        ``metric_name -> (mean, sem)``, ``sem`` NaN when unknown.
+
+    Raises:
+        ValueError: A metric is missing, or a mean or SEM is not finite (or the SEM
+            is negative), naming the metric and the value.
+        TypeError: ``result`` is not a mapping or a value is not a number or pair.
+    """
+    if not isinstance(result, Mapping):
+        raise TypeError(
+            "evaluate must return a mapping {metric_name: value or (mean, sem)}, "
+            f"got {type(result).__name__}"
+        )
+    missing = [name for name in metric_names if name not in result]
+    if missing:
+        raise ValueError(
+            f"evaluate returned no value for metric(s) {missing}; it returned "
+            f"{sorted(map(str, result))}"
+        )
+    outcome = {}
+    for name in metric_names:
+        value = result[name]
+        if isinstance(value, Sequence) and not isinstance(value, str):
+            if len(value) != 2:
+                raise TypeError(
+                    f"metric {name!r}: expected a number or (mean, sem), got {value!r}"
+                )
+            mean, sem = value
+        else:
+            mean, sem = value, None
+        mean = _as_float(name, "mean", mean)
+        if not math.isfinite(mean):
+            raise ValueError(f"metric {name!r}: the value {mean} is not finite")
+        if sem is None:
+            sem = math.nan
+        else:
+            sem = _as_float(name, "sem", sem)
+            if not (math.isfinite(sem) and sem >= 0):
+                raise ValueError(
+                    f"metric {name!r}: the sem {sem} is not finite and non-negative"
+                )
+        outcome[name] = (mean, sem)
+    return outcome
+
+
+def _as_float(name: str, what: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        try:  # numpy / torch scalars
+            if isinstance(value, bool) or getattr(value, "ndim", 1) != 0:
+                raise TypeError
+            return float(value)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"metric {name!r}: the {what} must be a real number, got {value!r}"
+            ) from None
+    return float(value)
+
+
+def _make_task(ray: Any, options: Mapping[str, Any]) -> Any:
+    r"""The Ray remote function wrapping ``evaluate`` with worker-side timing.
+
+    A nested function, so that Ray ships it by value and a worker need not import
+    this package to run it.
+    """
+
+    def timed_evaluate(evaluate: Callable, parameters: dict) -> dict[str, Any]:
+        import time as _time
+
+        started = _time.time()
+        result = evaluate(parameters)
+        return {"result": result, "started": started, "finished": _time.time()}
+
+    return ray.remote(timed_evaluate).options(**{"max_retries": 0, **options})
+
+
+class RayRunner(IRunner):
+    r"""Ax runner that evaluates each trial as one Ray task.
+
+    Args:
+        evaluate: ``parameters -> {metric_name: value or (mean, sem)}``; ``None``
+            gives a runner that only polls (what loading a saved experiment makes).
+        metric_names: The metrics ``evaluate`` must return.
+        num_workers: The number of concurrent evaluations it is sized for.
+        task_options: Extra Ray task options (``num_cpus``, ``num_gpus``,
+            ``resources``, ...); ``max_retries`` is 0 unless given here.
+        poll_timeout: Seconds a poll waits for the first running task to finish
+            when none has (so the Orchestrator reacts when a worker frees up
+            instead of sleeping between polls).
+    """
+
+    def __init__(
+        self,
+        evaluate: Callable[[TParameterization], Mapping[str, Any]] | None = None,
+        metric_names: Sequence[str] = (),
+        num_workers: int = 1,
+        task_options: Mapping[str, Any] | None = None,
+        poll_timeout: float = 1.0,
+    ) -> None:
+        super().__init__()
+        self.metric_names = list(metric_names)
+        self.num_workers = num_workers
+        self.poll_timeout = poll_timeout
+        self._evaluate = evaluate
+        self._task_options = dict(task_options or {})
+        self._remote: Any = None
+        self._evaluate_ref: Any = None
+
+    # -- IRunner ------------------------------------------------------------------
+    def run_trial(
+        self, trial_index: int, parameterization: TParameterization
+    ) -> dict[str, Any]:
+        r"""Submit ``evaluate(parameterization)`` as a Ray task; JSON run metadata."""
+        if self._evaluate is None:
+            raise RuntimeError(
+                "This RayRunner has no evaluate function (it was loaded from "
+                "storage); call botorch_sketch.ax.configure_ray(client, evaluate, "
+                "num_workers=k) again before running trials."
+            )
+        ray = _import_ray()
+        if self._remote is None:
+            self._remote = _make_task(ray, self._task_options)
+            self._evaluate_ref = ray.put(self._evaluate)
+        ref = self._remote.remote(self._evaluate_ref, dict(parameterization))
+        key = ref.hex()
+        _TASKS[key] = _Task(ref=ref)
+        return {TASK_KEY: key, SUBMITTED_KEY: time.time()}
+
+    def poll_trial(
+        self, trial_index: int, trial_metadata: Mapping[str, Any]
+    ) -> TrialStatus:
+        r"""Status of one trial without waiting (see :meth:`poll_trial_status`)."""
+        task = _TASKS.get(trial_metadata.get(TASK_KEY))
+        if task is not None and not task.done:
+            self._collect([task], wait=False)
+        return _status(task)
+
+    def poll_trial_status(
+        self, trials: Iterable[BaseTrial]
+    ) -> dict[TrialStatus, set[int]]:
+        r"""Statuses of ``trials``; waits up to ``poll_timeout`` s for one to end.
+
+        Failed trials get the reason in their run metadata (``"error"``).
+        """
+        trials = list(trials)
+        tasks = {t.index: _TASKS.get(t.run_metadata.get(TASK_KEY)) for t in trials}
+        running = [task for task in tasks.values() if task is not None]
+        if any(not task.done for task in running):
+            self._collect(running, wait=True)
+        statuses: dict[TrialStatus, set[int]] = {}
+        for trial in trials:
+            task = tasks[trial.index]
+            if task is None and TASK_KEY not in trial.run_metadata:
+                if trial.status.is_candidate:  # created, not launched yet
+                    statuses.setdefault(trial.status, set()).add(trial.index)
+                    continue
+            status = _status(task)
+            statuses.setdefault(status, set()).add(trial.index)
+            if status.is_terminal:
+                _record(trial, task)
+        return statuses
+
+    def poll_exception(self, trial: BaseTrial) -> str:
+        r"""Why a trial failed (Ax stores it as the trial's failure reason)."""
+        key = trial.run_metadata.get(TASK_KEY)
+        task = _TASKS.get(key)
+        if task is None:
+            return _unknown_task_error(key)
+        return task.error or ""
+
+    def stop_trial(
+        self, trial_index: int, trial_metadata: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        r"""Cancel the trial's Ray task (interrupting it if it runs)."""
+        key = trial_metadata.get(TASK_KEY)
+        task = _TASKS.get(key)
+        if task is not None and not task.done:
+            _import_ray().cancel(task.ref)
+            task.error = "stopped"
+        return {"stopped": True}
+
+    # -- helpers --------------------------------------------------------------------
+    def _collect(self, tasks: Sequence[_Task], wait: bool) -> None:
+        r"""Read the outcome of every finished task among ``tasks``."""
+        ray = _import_ray()
+        pending = [task for task in tasks if not task.done]
+        refs = [task.ref for task in pending]
+        if wait and self.poll_timeout > 0:
+            ray.wait(refs, num_returns=1, timeout=self.poll_timeout)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        ready_ids = {ref.hex() for ref in ready}
+        for task in pending:
+            if task.ref.hex() in ready_ids:
+                self._resolve(ray, task)
+
+    def _resolve(self, ray: Any, task: _Task) -> None:
+        try:
+            value = ray.get(task.ref, timeout=0)
+        except ray.exceptions.RayTaskError as err:  # evaluate raised
+            cause = err.cause if err.cause is not None else err
+            task.error = f"evaluate raised {type(cause).__name__}: {cause}"
+        except ray.exceptions.WorkerCrashedError as err:
+            task.error = f"the worker process died during the evaluation ({err})"
+        except ray.exceptions.TaskCancelledError:
+            task.error = "the evaluation was cancelled"
+        except ray.exceptions.RayError as err:
+            task.error = f"Ray error {type(err).__name__}: {err}"
+        else:
+            task.started, task.finished = value["started"], value["finished"]
+            try:
+                task.outcome = parse_outcome(value["result"], self.metric_names)
+            except (TypeError, ValueError) as err:
+                task.error = f"invalid evaluate result: {err}"
+        task.ref = None
+        if task.error is not None:
+            logger.warning("Ray trial failed: %s", task.error)
+
+
+def _status(task: _Task | None) -> TrialStatus:
+    if task is None or task.error is not None:
+        return TrialStatus.FAILED
+    if task.outcome is not None:
+        return TrialStatus.COMPLETED
+    return TrialStatus.RUNNING
+
+
+def _record(trial: BaseTrial, task: _Task | None) -> None:
+    r"""Write the worker times and any error into the trial's run metadata."""
+    update: dict[str, Any] = {}
+    if task is None:
+        update[ERROR_KEY] = _unknown_task_error(trial.run_metadata.get(TASK_KEY))
+    else:
+        if task.error is not None:
+            update[ERROR_KEY] = task.error
+        if task.started is not None:
+            update[STARTED_KEY] = task.started
+            update[FINISHED_KEY] = task.finished
+    if any(trial.run_metadata.get(k) != v for k, v in update.items()):
+        trial.update_run_metadata(update)
+
+
+class RayMetric(IMetric):
+    r"""Ax metric that reads its value from the trial's finished Ray task."""
+
+    def fetch(
+        self, trial_index: int, trial_metadata: Mapping[str, Any]
+    ) -> tuple[int, float | tuple[float, float]]:
+        r"""``(0, (mean, sem))`` of the trial's evaluation (``sem`` NaN: unknown)."""
+        key = trial_metadata.get(TASK_KEY)
+        task = _TASKS.get(key)
+        if task is None:
+            raise RuntimeError(_unknown_task_error(key))
+        if task.outcome is None:
+            raise RuntimeError(f"trial {trial_index} has no outcome: {task.error}")
+        mean, sem = task.outcome[self.name]
+        return 0, (mean, sem)
+
+
+def _runner_to_dict(runner: RayRunner) -> dict[str, Any]:
+    return {
+        "__type": type(runner).__name__,
+        "metric_names": list(runner.metric_names),
+        "num_workers": runner.num_workers,
+    }
+
+
+def _metric_to_dict(metric: RayMetric) -> dict[str, Any]:
+    return {"__type": type(metric).__name__, "name": metric.name}
+
+
+def register_ray_storage() -> None:
+    r"""Register :class:`RayRunner` and :class:`RayMetric` with Ax's JSON storage.
+
+    A stored runner keeps its metric names and worker count, not ``evaluate``.
+    """
+    CORE_ENCODER_REGISTRY.setdefault(RayRunner, _runner_to_dict)
+    CORE_DECODER_REGISTRY.setdefault(RayRunner.__name__, RayRunner)
+    CORE_ENCODER_REGISTRY.setdefault(RayMetric, _metric_to_dict)
+    CORE_DECODER_REGISTRY.setdefault(RayMetric.__name__, RayMetric)
+
+
+def configure_ray(
+    client: Client,
+    evaluate: Callable[[TParameterization], Mapping[str, Any]],
+    num_workers: int,
+    address: str | None = None,
+    metric_names: Sequence[str] | None = None,
+    task_options: Mapping[str, Any] | None = None,
+    init_kwargs: Mapping[str, Any] | None = None,
+    poll_timeout: float = 1.0,
+) -> RayRunner:
+    r"""Run ``client``'s trials on Ray: attach a :class:`RayRunner` and metrics.
+
+    Args:
+        client: An Ax ``Client`` with its experiment and optimization configured.
+        evaluate: ``parameters -> {metric_name: value or (mean, sem)}``, run in a
+            Ray worker (it must be picklable).
+        num_workers: Concurrent evaluations (the local Ray's ``num_cpus``); pass the
+            same number as ``parallelism`` to ``run_trials``.
+        address: A Ray cluster address; ``None`` starts a local Ray (or uses the
+            one this process already started).
+        metric_names: The metrics ``evaluate`` returns; default every metric of the
+            experiment (objectives, constraints, tracking metrics).
+        task_options: Extra Ray task options (e.g. ``{"num_gpus": 1}``).
+        init_kwargs: Extra ``ray.init`` arguments when Ray is started here.
+        poll_timeout: See :class:`RayRunner`.
+
+    Returns:
+        The runner (also attached to the client).
+
+    Raises:
+        TypeError, ValueError: Bad arguments (before anything is created).
+        ImportError: Ray is not installed.
+    """
+    if not isinstance(client, Client):
+        raise TypeError(f"client must be an ax.Client, got {type(client).__name__}")
+    if not callable(evaluate):
+        raise TypeError(f"evaluate must be callable, got {type(evaluate).__name__}")
+    if isinstance(num_workers, bool) or not isinstance(num_workers, numbers.Integral):
+        raise TypeError(f"num_workers must be an int, got {num_workers!r}")
+    if num_workers < 1:
+        raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+    if address is not None and not isinstance(address, str):
+        raise TypeError(f"address must be a string or None, got {address!r}")
+    if not (isinstance(poll_timeout, numbers.Real) and poll_timeout >= 0):
+        raise ValueError(f"poll_timeout must be >= 0, got {poll_timeout!r}")
+    for name, value in (("task_options", task_options), ("init_kwargs", init_kwargs)):
+        if value is not None and not isinstance(value, Mapping):
+            raise TypeError(f"{name} must be a mapping or None, got {value!r}")
+    known = list(client._experiment.metrics)  # raises if no experiment is set
+    if metric_names is None:
+        metric_names = known
+    elif isinstance(metric_names, str):
+        raise TypeError("metric_names must be a sequence of names, not a string")
+    unknown = [name for name in metric_names if name not in known]
+    if unknown or not metric_names:
+        raise ValueError(
+            f"metric_names {list(metric_names)}: unknown {unknown}; the experiment's "
+            f"metrics are {known}"
+        )
+    ray = _import_ray()
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {"include_dashboard": False}
+        if address is None:
+            kwargs["num_cpus"] = int(num_workers)
+        kwargs.update(init_kwargs or {})
+        ray.init(address=address, **kwargs)
+    elif address is not None:
+        logger.info("Ray is already initialised; ignoring address=%r", address)
+    register_ray_storage()
+    runner = RayRunner(
+        evaluate,
+        metric_names=metric_names,
+        num_workers=int(num_workers),
+        task_options=task_options,
+        poll_timeout=float(poll_timeout),
+    )
+    client.configure_runner(runner)
+    client.configure_metrics([RayMetric(name) for name in metric_names])
+    return runner
+
+
+def run_trials(
+    client: Client,
+    max_trials: int,
+    parallelism: int,
+    tolerated_trial_failure_rate: float = 0.5,
+    logging_level: int = logging.INFO,
+) -> None:
+    r"""``client.run_trials`` without the Orchestrator's pauses between launches.
+
+    ``Client.run_trials`` runs Ax's Orchestrator with a one-second minimum between
+    launching a trial and polling or launching the next, so at most one trial
+    starts per second whatever the number of free workers. This runs the same
+    Orchestrator with that minimum at zero and no sleep between polls (the
+    :class:`RayRunner`'s poll waits for a task to finish instead).
+
+    Args:
+        client: A client configured with :func:`configure_ray`.
+        max_trials: Trials to run.
+        parallelism: Trials in flight at once (the number of workers).
+        tolerated_trial_failure_rate: Share of failed trials the run tolerates.
+        logging_level: Level of the Orchestrator's log messages.
+    """
+    if not isinstance(client._experiment.runner, RayRunner):
+        raise ValueError("run_trials needs a client configured with configure_ray")
+    storage = client._storage_config
+    orchestrator = Orchestrator(
+        experiment=client._experiment,
+        generation_strategy=client._generation_strategy_or_choose(),
+        options=OrchestratorOptions(
+            max_pending_trials=parallelism,
+            tolerated_trial_failure_rate=tolerated_trial_failure_rate,
+            init_seconds_between_polls=0,
+            min_seconds_before_poll=0.0,
+            seconds_between_polls_backoff_factor=1.0,
+            logging_level=logging_level,
+        ),
+        db_settings=db_settings_from_storage_config(storage) if storage else None,
+    )
+    orchestrator.run_n_trials(max_trials=max_trials)

@@ -1,0 +1,264 @@
+"""Ray-backed runner and metric: trials run once each, faults fail their trial."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ax import Client, RangeParameterConfig
+from ax.core.trial_status import TrialStatus
+
+from botorch_sketch.ax import configure_ray, get_generation_strategy
+from botorch_sketch.ax.ray import (
+    ERROR_KEY,
+    FINISHED_KEY,
+    SUBMITTED_KEY,
+    TASK_KEY,
+    RayMetric,
+    RayRunner,
+    parse_outcome,
+    run_trials,
+)
+
+ray = pytest.importorskip("ray")
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKERS = 3
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    """One local Ray for the module (configure_ray then reuses it)."""
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=WORKERS, include_dashboard=False, log_to_driver=False)
+    yield
+    if started:
+        ray.shutdown()
+
+
+def make_client(initialization_budget: int = 20, strategy: str = "bbkb") -> Client:
+    client = Client(random_seed=0)
+    client.configure_experiment(
+        parameters=[
+            RangeParameterConfig(name=n, parameter_type="float", bounds=(0.0, 1.0))
+            for n in ("x1", "x2")
+        ]
+    )
+    client.configure_optimization(objective="-f")
+    client.set_generation_strategy(
+        get_generation_strategy(strategy, initialization_budget=initialization_budget)
+    )
+    return client
+
+
+def make_evaluate(sleep: float = 0.01, fail_below: float = -1.0, nan_above=2.0):
+    """A nested function (Ray ships it by value): a quadratic with injected faults.
+
+    ``x1 < fail_below`` raises, ``x1 > nan_above`` returns NaN.
+    """
+
+    def evaluate(p):
+        import time
+
+        time.sleep(sleep)
+        if p["x1"] < fail_below:
+            raise RuntimeError("boom")
+        if p["x1"] > nan_above:
+            return {"f": float("nan")}
+        return {"f": (p["x1"] - 0.3) ** 2 + (p["x2"] - 0.6) ** 2}
+
+    return evaluate
+
+
+def make_crashing_evaluate(crash_below: float):
+    """Kills its worker process (``os._exit``) when ``x1 < crash_below``."""
+
+    def evaluate(p):
+        import os
+        import time
+
+        time.sleep(0.01)
+        if p["x1"] < crash_below:
+            os._exit(1)
+        return {"f": p["x1"] + p["x2"]}
+
+    return evaluate
+
+
+def trials_by_status(client: Client) -> dict[TrialStatus, list[int]]:
+    out: dict[TrialStatus, list[int]] = {}
+    for index, trial in client._experiment.trials.items():
+        out.setdefault(trial.status, []).append(index)
+    return out
+
+
+def data_rows_per_trial(client: Client) -> dict[int, int]:
+    df = client._experiment.lookup_data().df
+    return df.groupby("trial_index").size().to_dict()
+
+
+def test_parse_outcome_accepts_numbers_and_pairs_and_rejects_bad_values():
+    out = parse_outcome({"a": 1, "b": (np.float64(2.0), None), "c": (3.0, 0.1)}, "abc")
+    assert out["a"][0] == 1.0 and math.isnan(out["a"][1])
+    assert out["b"][0] == 2.0 and math.isnan(out["b"][1])
+    assert out["c"] == (3.0, 0.1)
+    with pytest.raises(ValueError, match="'a'.*not finite"):
+        parse_outcome({"a": float("nan")}, ["a"])
+    with pytest.raises(ValueError, match="not finite"):
+        parse_outcome({"a": (0.0, float("inf"))}, ["a"])
+    with pytest.raises(ValueError, match="non-negative"):
+        parse_outcome({"a": (0.0, -1.0)}, ["a"])
+    with pytest.raises(ValueError, match="no value for metric"):
+        parse_outcome({"b": 1.0}, ["a"])
+    with pytest.raises(TypeError, match="real number"):
+        parse_outcome({"a": True}, ["a"])
+    with pytest.raises(TypeError, match="mapping"):
+        parse_outcome(1.0, ["a"])
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"num_workers": 0}, ValueError),
+        ({"num_workers": True}, TypeError),
+        ({"num_workers": 2.0}, TypeError),
+        ({"evaluate": "not callable"}, TypeError),
+        ({"metric_names": ["g"]}, ValueError),
+        ({"metric_names": []}, ValueError),
+        ({"address": 1}, TypeError),
+    ],
+)
+def test_bad_arguments_fail_before_anything_is_created(kwargs, error):
+    client = make_client()
+    args = {"evaluate": make_evaluate(), "num_workers": 2, **kwargs}
+    with pytest.raises(error):
+        configure_ray(client, **args)
+    assert client._experiment.runner is None
+    assert len(client._experiment.trials) == 0
+    assert not isinstance(client._experiment.metrics["f"], RayMetric)
+
+
+def test_without_ray_configure_ray_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now fails
+    client = make_client()
+    with pytest.raises(ImportError, match=r"pip install botorch_sketch\[ray\]"):
+        configure_ray(client, make_evaluate(), num_workers=2)
+    assert client._experiment.runner is None
+
+
+def test_package_imports_without_ray():
+    code = (
+        "import sys; sys.modules['ray'] = None\n"
+        "import botorch_sketch, botorch_sketch.ax\n"
+        "assert callable(botorch_sketch.ax.configure_ray)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True
+    )
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+
+
+def test_bbkb_keeps_workers_busy_and_every_trial_completes_once():
+    client = make_client(initialization_budget=4)
+    runner = configure_ray(client, make_evaluate(sleep=0.2), num_workers=WORKERS)
+    assert isinstance(runner, RayRunner)
+    run_trials(client, max_trials=10, parallelism=WORKERS)
+
+    trials = client._experiment.trials
+    assert len(trials) == 10
+    assert trials_by_status(client) == {TrialStatus.COMPLETED: list(range(10))}
+    assert data_rows_per_trial(client) == dict.fromkeys(range(10), 1)
+    ids = [t.run_metadata[TASK_KEY] for t in trials.values()]
+    assert len(set(ids)) == 10
+    arms = {tuple(sorted(t.arm.parameters.items())) for t in trials.values()}
+    assert len(arms) == 10  # pending trials were hallucinated, not re-proposed
+    # Trials in flight at once (submission to worker finish): never more than the
+    # parallelism, and the Orchestrator filled every slot at least once.
+    events = sorted(
+        [(t.run_metadata[SUBMITTED_KEY], 1) for t in trials.values()]
+        + [(t.run_metadata[FINISHED_KEY], -1) for t in trials.values()]
+    )
+    in_flight = np.cumsum([step for _, step in events])
+    assert in_flight.max() == WORKERS
+
+
+def test_client_run_trials_runs_on_ray():
+    client = make_client(initialization_budget=20)
+    configure_ray(client, make_evaluate(), num_workers=2)
+    client.run_trials(max_trials=3, parallelism=2)
+    assert trials_by_status(client) == {TrialStatus.COMPLETED: [0, 1, 2]}
+    assert data_rows_per_trial(client) == {0: 1, 1: 1, 2: 1}
+
+
+def test_raising_and_nan_evaluations_fail_their_trial_and_the_run_continues():
+    client = make_client(initialization_budget=20)  # Sobol only: fixed points
+    configure_ray(
+        client, make_evaluate(fail_below=0.2, nan_above=0.85), num_workers=WORKERS
+    )
+    run_trials(client, max_trials=12, parallelism=WORKERS)
+
+    trials = client._experiment.trials
+    assert len(trials) == 12
+    raised = [i for i, t in trials.items() if t.arm.parameters["x1"] < 0.2]
+    nans = [i for i, t in trials.items() if t.arm.parameters["x1"] > 0.85]
+    assert raised and nans  # the Sobol points hit both faults
+    failed = trials_by_status(client)[TrialStatus.FAILED]
+    assert failed == sorted(raised + nans)
+    for i in raised:
+        assert "RuntimeError: boom" in trials[i].run_metadata[ERROR_KEY]
+        assert "boom" in trials[i].status_reason
+    for i in nans:
+        assert "not finite" in trials[i].run_metadata[ERROR_KEY]
+    completed = trials_by_status(client)[TrialStatus.COMPLETED]
+    assert len(completed) == 12 - len(failed)
+    assert sorted(data_rows_per_trial(client)) == completed
+
+
+def test_killed_worker_fails_its_trial_once():
+    client = make_client(initialization_budget=20)
+    configure_ray(client, make_crashing_evaluate(crash_below=0.15), num_workers=2)
+    run_trials(client, max_trials=8, parallelism=2)
+
+    trials = client._experiment.trials
+    assert len(trials) == 8
+    crashed = [i for i, t in trials.items() if t.arm.parameters["x1"] < 0.15]
+    assert crashed
+    assert trials_by_status(client)[TrialStatus.FAILED] == crashed
+    for i in crashed:
+        assert "worker process died" in trials[i].run_metadata[ERROR_KEY]
+    assert len(trials_by_status(client)[TrialStatus.COMPLETED]) == 8 - len(crashed)
+    assert sorted(data_rows_per_trial(client)) == sorted(set(trials) - set(crashed))
+
+
+def test_json_save_and_load_mid_run(tmp_path):
+    client = make_client(initialization_budget=4)
+    configure_ray(client, make_evaluate(), num_workers=WORKERS)
+    run_trials(client, max_trials=5, parallelism=WORKERS)
+    # A trial "running elsewhere" at save: its task is unknown to this process.
+    (orphan,) = client.get_next_trials(max_trials=1)
+    client._experiment.trials[orphan].update_run_metadata({TASK_KEY: "f" * 56})
+    path = tmp_path / "experiment.json"
+    client.save_to_json_file(str(path))
+
+    loaded = Client.load_from_json_file(str(path))
+    assert isinstance(loaded._experiment.runner, RayRunner)
+    assert loaded._experiment.trials[orphan].status == TrialStatus.RUNNING
+    with pytest.raises(RuntimeError, match="configure_ray"):
+        loaded._experiment.runner.run_trial(99, {"x1": 0.1, "x2": 0.1})
+    configure_ray(loaded, make_evaluate(), num_workers=WORKERS)
+    run_trials(loaded, max_trials=3, parallelism=WORKERS)
+
+    trials = loaded._experiment.trials
+    assert len(trials) == 5 + 1 + 3
+    assert trials_by_status(loaded)[TrialStatus.FAILED] == [orphan]
+    assert "unknown to this process" in trials[orphan].run_metadata[ERROR_KEY]
+    completed = trials_by_status(loaded)[TrialStatus.COMPLETED]
+    assert completed == [i for i in range(9) if i != orphan]
+    assert data_rows_per_trial(loaded) == dict.fromkeys(completed, 1)
