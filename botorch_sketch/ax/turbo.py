@@ -175,6 +175,7 @@ class TurboGenerator(TorchGenerator):
         self.surrogate = RegionData()
         self._X: Tensor | None = None
         self._Y: Tensor | None = None
+        self._columns: list[tuple[SupervisedDataset, int]] = []
         self._sign = 1.0
 
     # ------------------------------------------------------------------ Ax API
@@ -184,18 +185,21 @@ class TurboGenerator(TorchGenerator):
         search_space_digest: SearchSpaceDigest,
         candidate_metadata: Any = None,
     ) -> None:
-        r"""Keep the observations (unit-cube inputs); the model is fitted in gen."""
-        if len(datasets) != 1 or datasets[0].Y.shape[-1] != 1:
-            raise UnsupportedError(
-                "turbo-bkb models one outcome; got "
-                f"{sum(d.Y.shape[-1] for d in datasets)}."
-            )
+        r"""Keep the observations (unit-cube inputs); the model is fitted in gen.
+
+        Every outcome's dataset is kept (tracking metrics come with the
+        objective); :meth:`gen` models the one its objective weights select.
+        """
+        columns = [
+            (dataset, j) for dataset in datasets for j in range(dataset.Y.shape[-1])
+        ]
+        for dataset, _ in columns:
+            if not bool(torch.isfinite(dataset.Y).all()):
+                raise ValueError("the observations contain NaN or infinite values.")
         self._bounds = torch.tensor(search_space_digest.bounds, dtype=torch.float64).T
         self.surrogate = RegionData(training_data=list(datasets))
-        self._X = self._unit(datasets[0].X.to(torch.float64))
-        self._Y = datasets[0].Y.to(torch.float64)
-        if not bool(torch.isfinite(self._Y).all()):
-            raise ValueError("the observations contain NaN or infinite values.")
+        self._columns = columns
+        self._X = self._Y = None
 
     def gen(
         self,
@@ -204,9 +208,13 @@ class TurboGenerator(TorchGenerator):
         torch_opt_config: TorchOptConfig,
     ) -> TorchGenResults:
         r"""The next batch of ``min(n, batch_size)`` points."""
-        if self._X is None or self._Y is None:
+        if not self._columns:
             raise RuntimeError("call fit() before gen().")
-        sign = self._sign = _objective_sign(torch_opt_config)
+        sign, outcome = _objective(torch_opt_config)
+        dataset, column = self._columns[outcome]
+        self._X = self._unit(dataset.X.to(torch.float64))
+        self._Y = dataset.Y[..., column : column + 1].to(torch.float64)
+        self._sign = sign
         X, Y = self._X, sign * self._Y
         num_obs, d = X.shape
         q = n if self.batch_size is None else min(n, self.batch_size)
@@ -390,13 +398,22 @@ def _sobol(num: int, dim: int, seed: int) -> Tensor:
     return SobolEngine(dim, scramble=True, seed=seed).draw(num).to(torch.float64)
 
 
-def _objective_sign(config: TorchOptConfig) -> float:
+def _objective(config: TorchOptConfig) -> tuple[float, int]:
+    r"""``(sign, outcome index)`` of the single objective (``+1``: maximise)."""
     weights = config.objective_weights
-    if config.outcome_constraints is not None or int((weights != 0).sum()) != 1:
+    if config.outcome_constraints is not None:
         raise UnsupportedError(
-            "turbo-bkb optimises one objective without outcome constraints."
+            "turbo-bkb optimises one objective; the experiment has outcome constraints."
         )
-    return 1.0 if float(weights[weights != 0][0]) > 0 else -1.0
+    # 1-d (one weight per outcome) or 2-d (one row per objective) in Ax 1.3.
+    rows = weights.reshape(-1, weights.shape[-1])
+    chosen = torch.nonzero(rows.abs().sum(0)).flatten()
+    if rows.shape[0] != 1 or chosen.numel() != 1:
+        raise UnsupportedError(
+            "turbo-bkb optimises one objective; the experiment has several objectives."
+        )
+    outcome = int(chosen[0])
+    return (1.0 if float(rows[0, outcome]) > 0 else -1.0), outcome
 
 
 def turbo_generator_kwargs(opts: dict[str, Any]) -> dict[str, Any]:

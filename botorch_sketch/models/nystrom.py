@@ -730,7 +730,7 @@ class NystromGP(
             # The new points are scored by the old model: no feedback yet.
             added = self._rls_at(new._train_X[..., n_old:, :], ridge)
         stale = torch.cat([old_rls.expand(*added.shape[:-1], n_old), added], dim=-1)
-        new.dictionary_indices = new._draw_indices(
+        new.dictionary_indices = new.draw_indices(
             stale, new.next_generator(generator), ridge
         )
         new.num_draws = max(new.num_draws, self.num_draws)

@@ -141,13 +141,27 @@ class SketchDictionaryMixin:
         noise = float(self.likelihood.noise.mean())
         return self.dictionary_policy.resampling_ridge(ridge, noise)
 
-    def _draw_indices(
+    def draw_indices(
         self,
         rls: Tensor,
         generator: torch.Generator | None,
         ridge: float | None = None,
         uniforms: Tensor | None = None,
     ) -> Tensor:
+        r"""The policy's draw of dictionary rows from scores ``rls``.
+
+        The draw is recorded (:attr:`num_draws`, :meth:`dictionary_report`) but
+        not installed: the caller assigns :attr:`dictionary_indices`.
+
+        Args:
+            rls: ``batch_shape x n`` ridge leverage scores of the training rows.
+            generator: Generator of the draw (``None``: unseeded).
+            ridge: The ridge the scores were computed at (``None``: the noise).
+            uniforms: Optional ``n`` fixed uniforms for a coupled draw.
+
+        Returns:
+            The drawn row indices (``LongTensor``).
+        """
         draw = self.dictionary_policy.redraw(self, rls, ridge, generator, uniforms)
         return self.record_draw(draw)
 
@@ -166,7 +180,7 @@ class SketchDictionaryMixin:
         """
         ridge = self._resampling_ridge(self.sketch_ridge)
         rls = self.leverage_scores(ridge)
-        idx = self._draw_indices(rls, self.next_generator(generator), ridge)
+        idx = self.draw_indices(rls, self.next_generator(generator), ridge)
         self.dictionary_indices = idx
         return idx
 

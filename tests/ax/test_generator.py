@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import subprocess
@@ -19,6 +20,7 @@ from ax.generation_strategy.transition_criterion import MinTrials
 from ax.generators.torch.botorch_modular.surrogate import SurrogateSpec
 from ax.generators.torch.botorch_modular.utils import ModelConfig
 from botorch.acquisition.monte_carlo import qUpperConfidenceBound
+from linear_operator.utils.errors import NotPSDError
 
 import botorch_sketch.ax  # noqa: F401  (registers the generator enum)
 from botorch_sketch.ax.generator import SketchBoTorchGenerator, SketchGenerators
@@ -160,7 +162,7 @@ def test_reloaded_run_continues_from_the_same_state(tmp_path):
 def _corrupt(c: Client, how: str) -> None:
     runs = [gr for gr in c._generation_strategy._generator_runs if gr._generator_key]
     state = runs[-1]._generator_state_after_gen["sketch_state"]
-    if how in ("nan_hyperparameters", "failing_warm_fit"):
+    if how == "nan_hyperparameters":
         for name, entry in state["hyperparameters"].items():
             if "_constraint." not in name:
                 entry["values"] = [float("nan")] * len(entry["values"])
@@ -174,16 +176,25 @@ def _corrupt(c: Client, how: str) -> None:
 def test_a_corrupt_saved_state_is_discarded_and_refitted(
     monkeypatch, tmp_path, caplog, how
 ):
-    if how == "failing_warm_fit":  # a state the checks pass, whose fit fails
-        import botorch_sketch.ax.generator as generator_mod
-
-        monkeypatch.setattr(generator_mod, "sketch_state_problem", lambda *a: None)
     c = client()
     run(c, N_INIT + 2)
-    _corrupt(c, how)
+    if how != "failing_warm_fit":
+        _corrupt(c, how)
     path = tmp_path / "experiment.json"
     c.save_to_json_file(str(path))
     loaded = Client.load_from_json_file(str(path))
+    if how == "failing_warm_fit":  # a state the checks pass, whose warm fit fails
+        original_init = NystromGP.__init__
+
+        def failing_warm_init(self, *args, warm_start=None, **kwargs):
+            if warm_start is not None:
+                raise NotPSDError("injected failure of the warm-started fit")
+            original_init(self, *args, **kwargs)
+
+        # Ax reads the constructor's arguments (inspect.getfullargspec).
+        failing_warm_init.__signature__ = inspect.signature(original_init)
+
+        monkeypatch.setattr(NystromGP, "__init__", failing_warm_init)
     with caplog.at_level(logging.WARNING, logger="botorch_sketch.ax.generator"):
         run(loaded, N_INIT + 4)
     assert len(loaded._experiment.trials) == N_INIT + 4
