@@ -1,0 +1,253 @@
+"""NystromGP and the BBKB engine on whatever device is there (``--device``).
+
+Model rows: fit + predict time and test NLL (2,000 held-out points, with
+observation noise) of ``SingleTaskGP`` (where ``n <= --exact-max-n``),
+``NystromGP`` with its defaults, and ``NystromGP`` with a larger budget
+(``--budget``, ``fit_subset_size=--fit-subset``), on standardized Cadata and
+low-noise Hartmann6 (noise sd 0.05), the data of ``bench_nystrom.py``. Every
+tensor is created on the device; float64 throughout.
+
+BBKB rows: Global-BBKB (``run_bbkb``, the ``bench_perf.py`` configuration) on
+standardized Cadata (T = ``--bbkb-T``), and with ``--tiled-rows R`` on ``R``
+rows made of the Cadata rows tiled with a small seeded jitter (T =
+``--tiled-T``), arms and oracle on the device: loop seconds, regret ratio,
+batches, dictionary size.
+
+Output: ``benchmarks/results/gpu_<device>.jsonl`` (one JSON object per row,
+appended as each row ends, with the machine line) and ``gpu_<device>.md``.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_gpu.py --device cpu --quick
+    python benchmarks/bench_gpu.py --device cuda            # every row, one GPU
+    python benchmarks/bench_gpu.py --device cuda --tiled-rows 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from botorch.fit import fit_gpytorch_mll
+from botorch.models import SingleTaskGP
+from gpytorch.mlls import ExactMarginalLogLikelihood
+
+from botorch_sketch.bbkb import fixed_rbf_kernel
+from botorch_sketch.loops import noisy_oracle, run_bbkb
+from botorch_sketch.models import NystromGP
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_nystrom import load_data  # noqa: E402
+from bench_perf import LAM, LENGTHSCALE, NOISE_STD, Q_BAR, C, cadata  # noqa: E402
+from harness import RESULTS, machine_details, markdown_table  # noqa: E402
+
+logger = logging.getLogger("bench_gpu")
+
+MODEL_CELLS = (
+    ("cadata", 16000),
+    ("synthetic", 16000),
+    ("synthetic", 50000),
+    ("synthetic", 1000000),
+)
+QUICK_CELLS = (("cadata", 4000), ("synthetic", 4000))
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def clock(fn: Any, device: torch.device) -> tuple[Any, float]:
+    """Result and wall seconds of ``fn()``, the device's queue drained first and
+    last (CUDA kernels run asynchronously)."""
+    sync(device)
+    start = time.perf_counter()
+    out = fn()
+    sync(device)
+    return out, time.perf_counter() - start
+
+
+def nll(model: Any, test_X: torch.Tensor, y: torch.Tensor, chunk: int) -> float:
+    """Mean Gaussian negative log predictive density with observation noise."""
+    total = 0.0
+    with torch.no_grad():
+        for X, yc in zip(test_X.split(chunk), y.split(chunk), strict=True):
+            post = model.posterior(X, observation_noise=True)
+            mean, var = post.mean.squeeze(-1), post.variance.squeeze(-1)
+            total += float(
+                (0.5 * (math.log(2 * math.pi) + var.log() + (yc - mean) ** 2 / var))
+                .sum()
+                .item()
+            )
+    return total / y.numel()
+
+
+def model_row(
+    dataset: str, n: int, method: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    device = torch.device(args.device)
+    data = {k: v.to(device) for k, v in load_data(dataset, n, args.seed).items()}
+    X, Y = data["train_X"], data["train_Y"]
+    if method == "exact":
+        model = SingleTaskGP(X, Y)
+    elif method == "nystrom":
+        model = NystromGP(X, Y, seed=args.seed)
+    else:
+        model = NystromGP(
+            X,
+            Y,
+            seed=args.seed,
+            max_dictionary_size=args.budget,
+            fit_subset_size=args.fit_subset,
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mll = ExactMarginalLogLikelihood(model.likelihood, model)
+        _, fit_s = clock(lambda: fit_gpytorch_mll(mll), device)
+        chunk = 500 if method == "exact" else 100000
+        score, predict_s = clock(
+            lambda: nll(model, data["test_X"], data["test_y"], chunk), device
+        )
+    return {
+        "kind": "model",
+        "dataset": dataset,
+        "n": n,
+        "method": method if method != "budget" else f"nystrom{args.budget}",
+        "fit_s": fit_s,
+        "predict_s": predict_s,
+        "total_s": fit_s + predict_s,
+        "nll": score,
+        "m": getattr(model, "dictionary_size", n),
+    }
+
+
+def bbkb_row(rows: int | None, T: int, args: argparse.Namespace) -> dict[str, Any]:
+    device = torch.device(args.device)
+    X, f = cadata("standardized")
+    if rows is not None:
+        g = torch.Generator().manual_seed(args.seed)
+        reps = math.ceil(rows / X.shape[0])
+        X = X.repeat(reps, 1)[:rows]
+        X = X + 1e-3 * torch.randn(X.shape, generator=g, dtype=X.dtype)
+        f = f.repeat(reps)[:rows]
+    X, f = X.to(device), f.to(device)
+    oracle = noisy_oracle(f, NOISE_STD, torch.Generator().manual_seed(1000))
+    res, loop_s = clock(
+        lambda: run_bbkb(
+            X,
+            oracle,
+            T,
+            fixed_rbf_kernel(LENGTHSCALE),
+            LAM,
+            C=C,
+            q_bar=Q_BAR,
+            rule="global",
+            f_true=f,
+            seed=args.seed,
+            progress=False,
+        ),  # fmt: skip
+        device,
+    )
+    return {
+        "kind": "bbkb",
+        "dataset": "cadata" if rows is None else f"cadata tiled {rows:,}",
+        "n": int(X.shape[0]),
+        "method": "global-bbkb",
+        "T": T,
+        "loop_s": loop_s,
+        "regret_ratio": float(res.regret_ratio(f.cpu())[-1]),
+        "batches": res.num_batches,
+        "m": int(res.dict_size.max()),
+    }
+
+
+def plan(args: argparse.Namespace) -> list[tuple[str, tuple]]:
+    cells = QUICK_CELLS if args.quick else MODEL_CELLS
+    jobs: list[tuple[str, tuple]] = []
+    for dataset, n in cells:
+        if n <= args.exact_max_n:
+            jobs.append(("model", (dataset, n, "exact")))
+        jobs += [("model", (dataset, n, "nystrom")), ("model", (dataset, n, "budget"))]
+    jobs.append(("bbkb", (None, args.bbkb_T)))
+    if args.tiled_rows:
+        jobs.append(("bbkb", (args.tiled_rows, args.tiled_T)))
+    return jobs
+
+
+def report(rows: list[dict[str, Any]], path: Path, machine: str, argv: str) -> None:
+    models = [r for r in rows if r["kind"] == "model"]
+    bbkb = [r for r in rows if r["kind"] == "bbkb"]
+    cols = ["dataset", "n", "method", "m", "fit_s", "predict_s", "total_s", "nll"]
+    bcols = ["dataset", "n", "T", "loop_s", "regret_ratio", "batches", "m"]
+    text = [
+        f"# NystromGP and BBKB on `{rows[0]['device'] if rows else '?'}`",
+        "",
+        f"Machine: {machine}",
+        f"Command: `python benchmarks/bench_gpu.py {argv}`",
+        "",
+        "## Models (fit + predict, test NLL with observation noise)",
+        "",
+        markdown_table(models, cols) if models else "(none)",
+        "",
+        "## BBKB engine (Global-BBKB, standardized Cadata)",
+        "",
+        markdown_table(bbkb, bcols) if bbkb else "(none)",
+        "",
+    ]
+    path.write_text("\n".join(text))
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--quick", action="store_true", help="n = 4,000 model cells only")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget", type=int, default=8000)
+    p.add_argument("--fit-subset", type=int, default=4000)
+    p.add_argument("--exact-max-n", type=int, default=None)
+    p.add_argument("--bbkb-T", type=int, default=10000)
+    p.add_argument("--tiled-rows", type=int, default=0)
+    p.add_argument("--tiled-T", type=int, default=2000)
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+    if args.exact_max_n is None:
+        args.exact_max_n = 20000 if args.device.startswith("cuda") else 4000
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = parse(argv)
+    torch.manual_seed(args.seed)
+    tag = torch.device(args.device).type
+    out = args.out or RESULTS / f"gpu_{tag}"
+    machine = machine_details()
+    if tag == "cuda":
+        machine += f"; GPU: {torch.cuda.get_device_name(args.device)}"
+    jsonl = out.with_suffix(".jsonl")
+    jsonl.write_text("")
+    rows = []
+    for kind, job in plan(args):
+        try:
+            row = model_row(*job, args) if kind == "model" else bbkb_row(*job, args)
+        except torch.OutOfMemoryError as err:  # recorded, not fatal
+            row = {"kind": kind, "dataset": str(job[0]), "error": str(err)[:200]}
+        row["device"] = args.device
+        rows.append(row)
+        logger.info(json.dumps(row))
+        with jsonl.open("a") as fh:
+            fh.write(json.dumps({**row, "machine": machine}) + "\n")
+        if tag == "cuda":
+            torch.cuda.empty_cache()
+    report(rows, out.with_suffix(".md"), machine, " ".join(sys.argv[1:]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
