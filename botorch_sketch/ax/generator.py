@@ -73,6 +73,7 @@ from linear_operator.utils.errors import NotPSDError
 from botorch_sketch.ax.library import BBKBLibraryGenerator
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.models.nystrom_fit import SketchState
+from botorch_sketch.models.validation import check_seed
 
 logger = logging.getLogger(__name__)
 
@@ -142,8 +143,7 @@ class SketchBoTorchGenerator(BoTorchGenerator):
                 "sketch_state must be a SketchState.to_dict() dict, got "
                 f"{type(sketch_state).__name__}."
             )
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"seed must be an int or None, got {seed!r}.")
+        check_seed(seed)
         self.seed = seed
         self.sketch_state = sketch_state
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from botorch_sketch.models.validation import check_seed
+
 __all__ = ["validate_options"]
 
 Validator = Callable[[Any, str], None]
@@ -31,17 +33,12 @@ def _non_negative_int(value: Any, key: str) -> None:
         raise ValueError(f"{key} must be a non-negative int, got {value!r}.")
 
 
-#: Seeds are ints NumPy accepts (``np.random.seed``; Sobol's and torch's too).
-MAX_SEED = 2**32 - 1
-
-
 def _seed(value: Any, key: str) -> None:
+    # The package's one seed rule (models.validation.check_seed); an option's
+    # errors are all ValueErrors.
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{key} must be an int, got {value!r}.")
-    if not 0 <= value <= MAX_SEED:
-        raise ValueError(
-            f"{key} must be in NumPy's seed range [0, {MAX_SEED}], got {value!r}."
-        )
+    check_seed(value, key)
 
 
 def _finite(low: float, strict: bool) -> Validator:

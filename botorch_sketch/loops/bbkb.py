@@ -48,6 +48,7 @@ from botorch_sketch.bbkb.state import (
     BatchState,
 )
 from botorch_sketch.bbkb.stopping import ProductRule, StoppingRule, make_rule
+from botorch_sketch.models.validation import check_seed
 
 logger = logging.getLogger(__name__)
 
@@ -316,6 +317,7 @@ def _make_generator(
 ) -> torch.Generator:
     if generator is not None and seed is not None:
         raise ValueError("pass either generator or seed, not both.")
+    check_seed(seed)
     if generator is not None:
         return generator
     g = torch.Generator()

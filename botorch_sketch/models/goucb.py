@@ -92,7 +92,7 @@ from botorch_sketch.goucb.network import (
 from botorch_sketch.goucb.oracle import OracleOptions, fit_regression_oracle
 from botorch_sketch.models.extra_state import with_extra_state
 from botorch_sketch.models.options import ModelOptionsMixin
-from botorch_sketch.models.validation import validate_new_observations
+from botorch_sketch.models.validation import check_seed, validate_new_observations
 
 logger = logging.getLogger(__name__)
 
@@ -172,8 +172,9 @@ class GOUCBModel(ModelOptionsMixin, Model):
             )
         positive_float(lambda_, "lambda_")
         positive_float(noise_variance, "noise_variance")
-        if not isinstance(seed, int):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__}.")
+        if seed is None:
+            raise TypeError("seed must be an int, got None.")
+        check_seed(seed)
         if input_transform is not None and any(
             p.requires_grad for p in input_transform.parameters()
         ):

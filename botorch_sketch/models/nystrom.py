@@ -718,6 +718,9 @@ class NystromGP(
             generator: Optional generator (default: derived from ``seed``).
         """
         validate_training_data(X, Y, Yvar, name="new")
+        # Width and batch shape against this model, before anything is drawn.
+        validate_new_observations(X, Y, Yvar, d=self.input_dim, m=self.num_outputs)
+        check_batch_shape(X, self._input_batch_shape)
         ridge = self._resampling_ridge(self.sketch_ridge)
         old_rls = self.leverage_scores(ridge)
         new = self.condition_on_observations(

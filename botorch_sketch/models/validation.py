@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
-    "SEED_LIMIT",
+    "MAX_SEED",
     "check_bool_free_int",
     "check_batch_shape",
     "check_finite",
@@ -138,23 +138,26 @@ def check_nonnegative_number(value: float, name: str) -> float:
     return value
 
 
-#: Seeds are ints in ``[0, SEED_LIMIT)``, the range NumPy's and torch's
-#: generators accept.
-SEED_LIMIT = 2**63
+#: Seeds are ints in ``[0, MAX_SEED]``: the range NumPy's ``np.random.seed``
+#: accepts (torch's generators and Sobol take a wider one), so that a seed that
+#: works in one entry point works in every other.
+MAX_SEED = 2**32 - 1
 
 
 def check_seed(seed: int | None, name: str = "seed") -> int | None:
-    r"""``seed`` if it is ``None`` or an int in ``[0, 2^63)``, else an error.
+    r"""``seed`` if it is ``None`` or an int in ``[0, 2^32 - 1]``, else an error.
 
     ``TypeError`` for a non-int (bools, floats, strings), ``ValueError`` for an
-    int out of range.
+    int out of NumPy's seed range.
     """
     if seed is None:
         return None
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"{name} must be an int or None, got {seed!r}.")
-    if not 0 <= seed < SEED_LIMIT:
-        raise ValueError(f"{name} must lie in [0, 2**63), got {seed!r}.")
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(
+            f"{name} must be in NumPy's seed range [0, {MAX_SEED}], got {seed!r}."
+        )
     return seed
 
 

@@ -24,6 +24,7 @@ from botorch_sketch.acquisition.bbkb import (
 )
 from botorch_sketch.bbkb.stopping import StoppingRule, make_rule
 from botorch_sketch.models.nystrom import NystromGP
+from botorch_sketch.models.validation import check_seed
 
 __all__ = ["DEFAULT_C", "AdaptiveBatchInputs", "StepOptimizer"]
 
@@ -86,8 +87,12 @@ class AdaptiveBatchInputs:
         _check_int("max_batch_size", self.max_batch_size, 1)
         _check_int("min_batch_size", self.min_batch_size, 1, self.max_batch_size)
         _check_int("num_reference_points", self.num_reference_points, 1)
-        if self.seed is not None:
-            _check_int("seed", self.seed, 0, 2**62)
+        check_seed(self.seed)
+        alpha = self.alpha
+        if isinstance(alpha, bool) or not (
+            isinstance(alpha, int | float) and math.isfinite(alpha) and alpha >= 0
+        ):
+            raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}.")
         if self.hallucination not in HALLUCINATIONS:
             raise ValueError(
                 f"hallucination must be one of {HALLUCINATIONS}, got "
@@ -157,6 +162,7 @@ class AdaptiveBatchInputs:
             )
         else:
             _check_int("num_restarts", self.num_restarts, 1)
+            _check_int("raw_samples", self.raw_samples, 1)
         if X_pending is not None and (X_pending.dim() != 2 or X_pending.shape[-1] != d):
             raise ValueError(
                 f"X_pending must be p x d with d={d}, got {tuple(X_pending.shape)}."
