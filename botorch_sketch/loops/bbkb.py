@@ -412,7 +412,7 @@ def run_bbkb(
         beta: ``"paper"``, ``"reference_code"``, a fixed ``beta~`` (``alpha = C
             beta``) or a :class:`BetaSchedule`.
         xi: Noise std for ``beta~`` (default ``sqrt(lam)``).
-        delta: Confidence level (default ``1 / T``, App. D).
+        delta: Confidence level (default ``1 / (T + 1)``, App. D).
         F: RKHS norm bound (default 1, App. D).
         init: Initial arm indices (default: one uniformly random arm).
         init_rewards: Their rewards if already known (else the oracle is called).
