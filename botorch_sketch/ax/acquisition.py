@@ -60,6 +60,8 @@ from torch import Tensor
 from botorch_sketch.acquisition.bbkb import BatchUpperConfidenceBound
 from botorch_sketch.bbkb.stopping import make_rule
 from botorch_sketch.optim.adaptive_batch import (
+    DEFAULT_C,
+    DEFAULT_THOMPSON_FILL,
     StepOptimizer,
     optimize_acqf_adaptive_batch,
 )
@@ -71,7 +73,7 @@ __all__ = ["AdaptiveBatchAcquisition", "ADAPTIVE_BATCH_OPTIONS"]
 #: Recognised ``acquisition_options`` and their defaults.
 ADAPTIVE_BATCH_OPTIONS: dict[str, Any] = {
     "rule": "global",
-    "C": 2.0,
+    "C": DEFAULT_C,
     "max_batch_size": None,
     "min_batch_size": 1,
     "candidate_set": None,
@@ -79,7 +81,7 @@ ADAPTIVE_BATCH_OPTIONS: dict[str, Any] = {
     "seed": 0,
     "num_reference_points": 1024,
     "reuse_restarts": True,
-    "thompson_fill": 0.0,
+    "thompson_fill": DEFAULT_THOMPSON_FILL,
 }
 #: Keys that Ax itself may put into ``acquisition_options``.
 _AX_OWNED_OPTIONS = frozenset({"prune_irrelevant_parameters", "subset_model"})

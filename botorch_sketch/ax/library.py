@@ -67,6 +67,7 @@ from botorch.utils.datasets import SupervisedDataset
 from gpytorch.kernels import RBFKernel, ScaleKernel
 from torch import Tensor
 
+from botorch_sketch.bbkb.config import BBKBConfig
 from botorch_sketch.bbkb.engine import BBKBEngine
 from botorch_sketch.bbkb.schedules import alpha_from_botorch_beta
 
@@ -156,8 +157,8 @@ class BBKBLibraryGenerator(TorchGenerator):
         self,
         candidate_set: Any,
         rule: str = "global",
-        C: float = 2.0,
-        q_bar: float = 2.0,
+        C: float = BBKBConfig.C,
+        q_bar: float = BBKBConfig.q_bar,
         lam: float = LIBRARY_OPTIONS["lam"],
         alpha: float | None = None,
         beta: float | None = None,

@@ -60,6 +60,7 @@ from botorch_sketch.ax.checks import ExperimentCheck, ExperimentGuard
 from botorch_sketch.ax.generator import SketchGenerators
 from botorch_sketch.ax.library import LIBRARY_OPTIONS
 from botorch_sketch.ax.options import validate_options
+from botorch_sketch.bbkb.config import BBKBConfig
 from botorch_sketch.models.goucb import GOUCBModel
 from botorch_sketch.models.gssbo import GradientSubsetGP
 from botorch_sketch.models.nystrom import (
@@ -67,6 +68,10 @@ from botorch_sketch.models.nystrom import (
     DEFAULT_FIT_SUBSET_SIZE,
     DEFAULT_MAX_DICTIONARY_SIZE,
     NystromGP,
+)
+from botorch_sketch.models.nystrom_inputs import (
+    FIT_OPTION_DEFAULTS,
+    POLICY_OPTION_DEFAULTS,
 )
 
 __all__ = [
@@ -117,13 +122,13 @@ class StrategyRecipe:
 #: ``NystromGP`` options a strategy exposes (the sketch budget, the
 #: hyperparameter fit and its schedule between calls), with the model's defaults.
 _SKETCH_OPTIONS: dict[str, Any] = {
-    "q_bar": 2.0,
+    "q_bar": POLICY_OPTION_DEFAULTS["q_bar"],
     "max_dictionary_size": DEFAULT_MAX_DICTIONARY_SIZE,
     "fit_subset_size": DEFAULT_FIT_SUBSET_SIZE,
     "exact_max_n": DEFAULT_EXACT_MAX_N,
-    "refit_growth": 0.25,
-    "refit_tolerance": 0.05,
-    "refit_max_iterations": 50,
+    "refit_growth": FIT_OPTION_DEFAULTS["refit_growth"],
+    "refit_tolerance": FIT_OPTION_DEFAULTS["refit_tolerance"],
+    "refit_max_iterations": FIT_OPTION_DEFAULTS["refit_max_iterations"],
 }
 _NYSTROM_OPTIONS: dict[str, Any] = {
     "beta": None,
@@ -135,7 +140,7 @@ _NYSTROM_OPTIONS: dict[str, Any] = {
 }
 _BBKB_OPTIONS: dict[str, Any] = {
     **_NYSTROM_OPTIONS,
-    "C": 2.0,
+    "C": BBKBConfig.C,
     "max_batch_size": None,
     "min_batch_size": 1,
     "reuse_restarts": True,

@@ -38,7 +38,7 @@ from torch import Tensor
 from botorch_sketch.bbkb.config import BBKBConfig
 from botorch_sketch.bbkb.dense_kernel import as_dense_kernel
 from botorch_sketch.bbkb.engine import BBKBEngine, validate_arms
-from botorch_sketch.bbkb.exact import ExactPosterior
+from botorch_sketch.bbkb.exact import ExactBUCBEngine, ExactPosterior
 from botorch_sketch.bbkb.learning import KernelFit, KernelLearning
 from botorch_sketch.bbkb.schedules import BetaSchedule
 from botorch_sketch.bbkb.selection import (
@@ -47,7 +47,7 @@ from botorch_sketch.bbkb.selection import (
 from botorch_sketch.bbkb.state import (
     BatchState,
 )
-from botorch_sketch.bbkb.stopping import ProductRule, StoppingRule, make_rule
+from botorch_sketch.bbkb.stopping import StoppingRule
 from botorch_sketch.models.validation import check_seed
 
 logger = logging.getLogger(__name__)
@@ -355,32 +355,6 @@ def _validate(
     return arms
 
 
-def _initial_batch(
-    rec: _Recorder,
-    arms: Tensor,
-    oracle: Oracle,
-    init: Tensor | None,
-    init_rewards: Tensor | None,
-    generator: torch.Generator,
-) -> tuple[Tensor, Tensor]:
-    A = arms.shape[0]
-    if init is None:
-        init = torch.randint(A, (1,), generator=generator)
-    init = torch.as_tensor(init, dtype=torch.long).reshape(-1)
-    for a in init.tolist():
-        rec.step(a, 0)
-    if init_rewards is not None:
-        y0 = torch.as_tensor(init_rewards, dtype=torch.float64).reshape(-1)
-        if y0.shape != init.shape:
-            raise ValueError(
-                f"init_rewards has {y0.numel()} values for {init.numel()} arms."
-            )
-    else:
-        y0 = rec.evaluate(oracle, init).to(torch.float64)
-    rec.end_batch(y0, math.nan, 0)
-    return init, y0
-
-
 def run_bbkb(
     arms: Tensor,
     oracle: Oracle,
@@ -440,7 +414,7 @@ def run_bbkb(
         beta: ``"paper"``, ``"reference_code"``, a fixed ``beta~`` (``alpha = C
             beta``) or a :class:`BetaSchedule`.
         xi: Noise std for ``beta~`` (default ``sqrt(lam)``).
-        delta: Confidence level (default ``1 / T``, App. D).
+        delta: Confidence level (default ``1 / (T + 1)``, App. D).
         F: RKHS norm bound (default 1, App. D).
         init: Initial arm indices (default: one uniformly random arm).
         init_rewards: Their rewards if already known (else the oracle is called).
@@ -834,13 +808,13 @@ def run_gp_bucb(
     T: int,
     kernel: Kernel,
     lam: float,
-    C: float = 2.0,
-    beta: str | float = "paper",
+    C: float = _D.C,
+    beta: str | float = _D.beta,
     *,
     rule: str | StoppingRule | None = None,
-    xi: float | None = None,
-    delta: float | None = None,
-    F: float = 1.0,
+    xi: float | None = _D.xi,
+    delta: float | None = _D.delta,
+    F: float = _D.F,
     init: Tensor | None = None,
     init_rewards: Tensor | None = None,
     f_true: Tensor | None = None,
@@ -849,6 +823,7 @@ def run_gp_bucb(
     generator: torch.Generator | None = None,
     seed: int | None = None,
     progress: bool = True,
+    resume: BanditResult | None = None,
 ) -> BanditResult:
     r"""Exact GP-BUCB (Desautels et al. 2014; BBKB Alg. 2) on a finite arm set.
 
@@ -864,67 +839,54 @@ def run_gp_bucb(
     the product rule (e.g. ``"global"`` gives the improved GP-BUCB with the sum
     rule of Lemma 1 under an exact dictionary).
 
-    Args: as :func:`run_bbkb`.
+    The engine (:class:`~botorch_sketch.bbkb.exact.ExactBUCBEngine`) is driven by
+    :func:`run_bbkb`'s loop: the same initial batch, horizon cut, oracle checks
+    and :class:`BBKBInterrupted` on an oracle fault (``resume=exc.partial``
+    continues the run).
+
+    Args: as :func:`run_bbkb` (``C``, ``beta``, ``xi``, ``delta`` and ``F`` with
+        :class:`~botorch_sketch.bbkb.config.BBKBConfig`'s defaults).
 
     Returns:
         A :class:`BanditResult` (``dict_size`` = number of distinct pulled arms).
     """
+    if resume is not None:
+        run = _resumed_run(resume, arms, T, progress, _no_checkpoint_resume)
+        return _drive(run, oracle, T, None)
     arms = _validate(arms, T, lam, f_true, init)
-    rule_obj = ProductRule(C) if rule is None else make_rule(rule, C)
+    engine = ExactBUCBEngine(
+        arms, kernel, lam, T, C=C, beta=beta, rule=rule, xi=xi, delta=delta, F=F
+    )
     g = _make_generator(generator, seed)
-    xi = math.sqrt(lam) if xi is None else xi
-    delta = 1.0 / (T + 1) if delta is None else delta
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must lie in (0, 1), got {delta}.")
     rec = _Recorder(T, f_true, progress, desc="GP-BUCB" if C > 1 else "GP-UCB")
-    init_idx, y0 = _initial_batch(rec, arms, oracle, init, init_rewards, g)
-    post = ExactPosterior(arms, kernel, lam, capacity=max(256, T))
-    for a in init_idx.tolist():
-        post.add(a)
-    post.observe(y0)
-
-    while rec.t < T:
-        if isinstance(beta, str):
-            if beta != "paper":
-                raise ValueError(f"unknown beta {beta!r} for GP-BUCB.")
-            b = 2 * xi * math.sqrt(post.logdet() + math.log(1 / delta))
-            b += (1 + math.sqrt(2)) * math.sqrt(lam) * F
-        else:
-            b = float(beta)
-        alpha = C * b
-        mu = post.mean()
-        m = len(set(post.points))
-        cap = T - rec.t if max_batch_size is None else min(max_batch_size, T - rec.t)
-        state = _ExactStateView(post) if rule is not None else None
-        rule_obj.start(state)
-        batch: list[int] = []
-        masked = torch.zeros(arms.shape[0], dtype=torch.bool, device=arms.device)
-        while True:
-            var = post.variance()
-            u = mu + alpha * var.sqrt()
-            if not allow_repeats:
-                u = u.masked_fill(masked, -math.inf)
-            i = int(torch.argmax(u))
-            rec.step(i, m)
-            batch.append(i)
-            masked[i] = True
-            post.add(i)
-            stop = rule_obj.update(i, float(var[i]))
-            if stop or len(batch) >= cap or bool(masked.all() and not allow_repeats):
-                break
-        idx = torch.tensor(batch, dtype=torch.long)
-        y = rec.evaluate(oracle, idx).to(torch.float64)
-        post.observe(y)
-        rec.end_batch(y, alpha, m)
-    return rec.result()
+    if init is None:
+        init = torch.randint(arms.shape[0], (1,), generator=g)
+    init = torch.as_tensor(init, dtype=torch.long).reshape(-1)
+    for a in init.tolist():
+        rec.step(a, 0)
+    options = {
+        "max_batch_size": max_batch_size,
+        "allow_repeats": allow_repeats,
+        "init_dictionary": "all",
+        "checkpoint": None,
+        "checkpoint_every": 1,
+    }
+    run = BBKBRunState(engine, rec, init.to(arms.device), False, options)
+    known = None
+    if init_rewards is not None:
+        known = torch.as_tensor(init_rewards, dtype=torch.float64).reshape(-1)
+        if known.shape != init.shape:
+            raise ValueError(
+                f"init_rewards has {known.numel()} values for {init.numel()} arms."
+            )
+    return _drive(run, oracle, T, known)
 
 
-class _ExactStateView:
-    """Minimal stand-in for :class:`BatchState` so the global rule can run on an
-    exact posterior (batch-start variances only)."""
-
-    def __init__(self, post: ExactPosterior) -> None:
-        self.s2_0 = post.variance()
+def _no_checkpoint_resume() -> BBKBRunState:
+    raise ValueError(
+        "the exact baselines resume from a partial result "
+        "(BBKBInterrupted.partial), not from a BBKBCheckpoint."
+    )
 
 
 def run_gp_ucb(
@@ -933,7 +895,7 @@ def run_gp_ucb(
     T: int,
     kernel: Kernel,
     lam: float,
-    beta: str | float = "paper",
+    beta: str | float = _D.beta,
     **kwargs,
 ) -> BanditResult:
     r"""Exact sequential GP-UCB (Srinivas et al. 2010): ``run_gp_bucb``, ``C = 1``."""

@@ -10,8 +10,9 @@ posterior (BBKB Eqs. 1-3, see :mod:`botorch_sketch.linalg`): with
     mean(x)    = m(x) + z(x)^T A^{-1} Z^T N^{-1} (y - m(X))
     cov(x, x') = k(x, x') - z(x)^T z(x') + z(x)^T A^{-1} z(x'),
 
-with its caches (rebuilt when data, dictionary or hyperparameters change) and the
-ridge leverage scores of the training points.
+with its caches (rebuilt when data, dictionary or hyperparameters change), the
+ridge leverage scores of the training points, BoTorch's ``posterior`` and
+Thompson samples of the latent function at many candidates.
 """
 
 from __future__ import annotations
@@ -19,12 +20,26 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import torch
+from botorch.acquisition.objective import PosteriorTransform
+from botorch.exceptions.errors import UnsupportedError
+from botorch.posteriors.gpytorch import GPyTorchPosterior
+from botorch.posteriors.transformed import TransformedPosterior
 from gpytorch.distributions import MultivariateNormal
 from gpytorch.likelihoods import FixedNoiseGaussianLikelihood
 from torch import Tensor
 
 from botorch_sketch import linalg
-from botorch_sketch.models.nystrom_posterior import dtc_covariance, same_key
+from botorch_sketch.models.nystrom_posterior import (
+    cast_posterior,
+    dtc_covariance,
+    same_key,
+    sample_dtc_latent,
+)
+from botorch_sketch.models.validation import (
+    check_batch_shape,
+    check_finite,
+    validate_candidates,
+)
 
 __all__ = ["DTCParts", "DTCPosteriorMixin"]
 
@@ -50,6 +65,7 @@ class DTCPosteriorMixin:
     _train_Y: Tensor
     _cache: dict[str, Any] | None
     _embedding_memo: tuple[Any, tuple[Tensor, Tensor, Tensor]] | None
+    _input_batch_shape: torch.Size
 
     def _noise(self) -> Tensor:
         """``batch_shape x (m) x n`` noise variances of the training points."""
@@ -211,3 +227,100 @@ class DTCPosteriorMixin:
             noise = noise[..., :1]
         var = linalg.dtc_variance(factor, Z, self.covar_module(X, diag=True))
         return linalg.rls_units(var, noise)
+
+    def posterior(
+        self,
+        X: Tensor,
+        output_indices: list[int] | None = None,
+        observation_noise: bool | Tensor = False,
+        posterior_transform: PosteriorTransform | None = None,
+        **kwargs: Any,
+    ) -> GPyTorchPosterior | TransformedPosterior:
+        r"""DTC posterior over ``batch_shape x q x m`` outputs at ``X``.
+
+        Args:
+            X: ``batch_shape x q x d`` inputs (any float dtype; computed in float64).
+            output_indices: Subset of outputs.
+            observation_noise: Add the likelihood noise (``True``) or the given
+                ``batch_shape x q x m`` noise tensor.
+            posterior_transform: Optional posterior transform.
+
+        Returns:
+            A ``GPyTorchPosterior`` with the joint DTC covariance, computed in
+            :attr:`compute_dtype` and returned in :attr:`data_dtype`.
+        """
+        check_finite(X, "X")
+        if X.dim() < 2 or X.shape[-1] != self.input_dim:
+            raise ValueError(
+                f"X must be batch_shape x q x d with d = "
+                f"{self.input_dim}, got {tuple(X.shape)}."
+            )
+        check_batch_shape(X, self._input_batch_shape)
+        if output_indices is not None and len(output_indices) == 1 < self.num_outputs:
+            # BoTorch's batched multi-output posterior cannot build a one-task
+            # MultitaskMultivariateNormal; a single output is a single-output model.
+            return self.subset_output(list(output_indices)).posterior(
+                X,
+                observation_noise=observation_noise,
+                posterior_transform=posterior_transform,
+            )
+        if torch.is_tensor(observation_noise):
+            observation_noise = observation_noise.to(self._compute_dtype)
+        posterior = super().posterior(
+            X.to(self._compute_dtype),
+            output_indices=output_indices,
+            observation_noise=observation_noise,
+        )
+        posterior = cast_posterior(posterior, self.data_dtype)
+        if posterior_transform is not None:
+            return posterior_transform(posterior)
+        return posterior
+
+    def sample_latent(
+        self,
+        X: Tensor,
+        num_samples: int,
+        generator: torch.Generator | None = None,
+        chunk_size: int = 16384,
+    ) -> Tensor:
+        r"""Posterior samples of the latent function at many candidates, ``O(A m)``.
+
+        Thompson sampling over a large candidate set must not build the ``A x A``
+        joint covariance. We sample
+
+            f(x) = mean(x) + (L^{-1} z(x))^T eps + sqrt(k(x,x) - ||z(x)||^2) xi(x)
+
+        (:func:`~botorch_sketch.models.nystrom_posterior.sample_dtc_latent`): exact
+        on every marginal and on the low-rank (learned) part of the correlation,
+        the Nyström residual's correlations dropped, so not the exact DTC joint.
+        Candidates are processed in chunks, so memory is ``O(chunk_size m)``.
+
+        Args:
+            X: ``A x d`` candidates (untransformed; not for batched models).
+            num_samples: Number of joint samples.
+            generator: Optional ``torch.Generator``.
+            chunk_size: Candidates per chunk.
+
+        Returns:
+            A ``num_samples x A x m`` tensor in the original outcome space.
+        """
+        if len(self._input_batch_shape) > 0:
+            raise UnsupportedError("sample_latent supports unbatched models only.")
+        validate_candidates(X, self.input_dim, num_samples)
+        self.eval()
+        cache = self._posterior_cache()
+        with torch.no_grad():
+            samples = sample_dtc_latent(
+                self.transform_inputs(X.to(self._compute_dtype)),
+                cache["factor"],
+                lambda Xc: self._embed(Xc, cache["S"], cache["W"]),
+                self.mean_module,
+                self.covar_module,
+                self.num_outputs,
+                num_samples,
+                generator=generator,
+                chunk_size=chunk_size,
+            )
+            if hasattr(self, "outcome_transform"):
+                samples, _ = self.outcome_transform.untransform(samples)
+        return samples.to(self.data_dtype)

@@ -3,8 +3,9 @@ r"""The dictionary of a sketched GP, drawn by its policy, as a base class.
 :class:`SketchDictionaryMixin` holds what a model does with its dictionary
 policy (:mod:`~botorch_sketch.models.dictionary_policy`): the first draw, fresh
 draws, BKB's redraw from the ridge leverage scores (COLT 2019, Alg. 1), the
-numbered generators and fixed per-row uniforms of the seed, and the record of
-the last draw (its ridge, whether the budget bound, the Nyström residual).
+numbered generators and fixed per-row uniforms of the seed, the record of the
+last draw (its ridge, whether the budget bound, the Nyström residual), and BKB's
+incremental update (new observations, then a redraw from all points).
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ from torch import Tensor
 from botorch_sketch.models.dictionary_policy import DictionaryPolicy
 from botorch_sketch.models.nystrom_dictionary import SketchDraw, row_uniforms
 from botorch_sketch.models.sketch_state import SketchState
+from botorch_sketch.models.validation import (
+    check_batch_shape,
+    validate_new_observations,
+    validate_training_data,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +50,45 @@ class SketchDictionaryMixin:
     _dictionary_indices: Tensor | None
     _dictionary_spec: str
     _compute_dtype: torch.dtype
+    _cache: dict[str, Any] | None
+
+    @property
+    def dictionary_indices(self) -> Tensor:
+        r"""Sorted training indices of the dictionary ``S`` (drawn when first used)."""
+        if self._dictionary_indices is None:
+            with torch.no_grad():
+                self._dictionary_indices = self.initial_dictionary()
+        return self._dictionary_indices
+
+    @dictionary_indices.setter
+    def dictionary_indices(self, value: Tensor) -> None:
+        self._dictionary_indices = value
+        self._cache = None
+
+    @property
+    def dictionary_size(self) -> int:
+        r"""Number of training points in the dictionary (unique indices)."""
+        return int(self.dictionary_indices.numel())
+
+    @property
+    def dictionary_report(self) -> dict[str, Any]:
+        r"""What the dictionary is and why: its size, the budget and whether it
+        bound, the ridge it sampled, and the mean Nyström residual over the noise
+        where the policy measured it (``0`` for every point)."""
+        size = self.dictionary_size  # drawn now if still pending
+        return {
+            "size": size,
+            "n": self.num_training_points,
+            "cap": self._dictionary_cap(),
+            "capped": self.dictionary_capped,
+            "ridge": self.sketch_ridge,
+            "residual": self.nystrom_residual,
+        }
+
+    @property
+    def inducing_points(self) -> Tensor:
+        r"""``batch_shape x (m) x |S| x d`` dictionary points (transformed space)."""
+        return self._train_X[..., self.dictionary_indices, :]
 
     def initial_dictionary(self) -> Tensor:
         r"""The dictionary at the current hyperparameters (lazy draw, after a fit).
@@ -189,3 +234,45 @@ class SketchDictionaryMixin:
         return self.dictionary_policy.cap(
             self.num_training_points, self._train_X.element_size()
         )
+
+    def condition_and_resample(
+        self,
+        X: Tensor,
+        Y: Tensor,
+        Yvar: Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Any:
+        r"""BKB's incremental update: add observations and redraw the dictionary.
+
+        Returns a new model with ``(X, Y)`` appended, whose dictionary is redrawn
+        from *all* points with the stale variances ``sigma~_t^2`` (old data, old
+        dictionary), as BKB does (COLT 2019, Sec. 3.1), within the budget. No
+        refit of the hyperparameters.
+
+        Args:
+            X: ``n' x d`` (or ``batch_shape x n' x d``) new inputs.
+            Y: ``n' x m`` new targets in the original outcome space.
+            Yvar: Observed noise variances for a fixed-noise model.
+            generator: Optional generator (default: derived from ``seed``).
+        """
+        validate_training_data(X, Y, Yvar, name="new")
+        # Width and batch shape against this model, before anything is drawn.
+        validate_new_observations(X, Y, Yvar, d=self.input_dim, m=self.num_outputs)
+        check_batch_shape(X, self._input_batch_shape)
+        ridge = self._resampling_ridge(self.sketch_ridge)
+        old_rls = self.leverage_scores(ridge)
+        new = self.condition_on_observations(
+            X.to(self._compute_dtype),
+            Y.to(self._compute_dtype),
+            noise=None if Yvar is None else Yvar.to(self._compute_dtype),
+        )
+        n_old = old_rls.shape[-1]
+        with torch.no_grad():
+            # The new points are scored by the old model: no feedback yet.
+            added = self._rls_at(new.compute_inputs[..., n_old:, :], ridge)
+        stale = torch.cat([old_rls.expand(*added.shape[:-1], n_old), added], dim=-1)
+        new.dictionary_indices = new.draw_indices(
+            stale, new.next_generator(generator), ridge
+        )
+        new.num_draws = max(new.num_draws, self.num_draws)
+        return new

@@ -110,6 +110,7 @@ from botorch_sketch.generation.thompson import EmbeddingThompsonSampling
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.optim.adaptive_batch_inputs import (
     DEFAULT_C,
+    DEFAULT_THOMPSON_FILL,
     AdaptiveBatchInputs,
     StepOptimizer,
 )
@@ -119,6 +120,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_C",
+    "DEFAULT_THOMPSON_FILL",
     "AdaptiveBatchInputs",
     "StepOptimizer",
     "optimize_acqf_adaptive_batch",
@@ -168,7 +170,7 @@ def optimize_acqf_adaptive_batch(
     reference_points: Tensor | None = None,
     hallucination: str = DEFAULT_HALLUCINATION,
     reuse_restarts: bool = True,
-    thompson_fill: float = 0.0,
+    thompson_fill: float = DEFAULT_THOMPSON_FILL,
     prefer_new_points: bool = True,
 ) -> tuple[Tensor, Tensor]:
     r"""Generate one BBKB batch whose size is chosen by a stopping rule.

@@ -22,17 +22,28 @@ from botorch_sketch.acquisition.bbkb import (
     HALLUCINATIONS,
     BatchUpperConfidenceBound,
 )
+from botorch_sketch.bbkb.config import BBKBConfig
 from botorch_sketch.bbkb.stopping import StoppingRule, make_rule
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.models.validation import check_seed
 
-__all__ = ["DEFAULT_C", "AdaptiveBatchInputs", "StepOptimizer"]
+__all__ = [
+    "DEFAULT_C",
+    "DEFAULT_THOMPSON_FILL",
+    "AdaptiveBatchInputs",
+    "StepOptimizer",
+]
 
 #: ``step_optimizer(acqf, step) -> (x, value)``: one greedy step over the domain.
 StepOptimizer = Callable[[BatchUpperConfidenceBound, int], tuple[Tensor, Tensor]]
 
-#: Default threshold ``C~`` when ``rule`` is given by name (spec Sec. 5.4).
-DEFAULT_C = 2.0
+#: Default threshold ``C~`` when ``rule`` is given by name (spec Sec. 5.4): the
+#: BBKB engine's.
+DEFAULT_C = BBKBConfig.C
+
+#: Default share of a batch filled by Thompson sampling: none (the greedy
+#: sequence alone; Ax's BBKB strategies set their own).
+DEFAULT_THOMPSON_FILL = 0.0
 
 
 @dataclass
@@ -66,7 +77,7 @@ class AdaptiveBatchInputs:
     reference_points: Tensor | None = None
     hallucination: str = DEFAULT_HALLUCINATION
     reuse_restarts: bool = True
-    thompson_fill: float = 0.0
+    thompson_fill: float = DEFAULT_THOMPSON_FILL
     prefer_new_points: bool = True
 
     def __post_init__(self) -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from botorch_sketch.bbkb import ExactPosterior, fixed_rbf_kernel
+from botorch_sketch.bbkb.exact import ExactBatchView
+from botorch_sketch.bbkb.stopping import make_rule
 from botorch_sketch.loops import bbkb as run_bbkb_module
 from botorch_sketch.loops import (
     noisy_oracle,
@@ -141,6 +145,122 @@ def test_exact_baselines():
         start += size
     uni = run_uniform(150, oracle, 500, f_true=f, seed=0)
     assert uni.regret.sum() / uniform_regret(f, 500) == pytest.approx(1.0, abs=0.15)
+
+
+def reference_gp_bucb(
+    X, oracle, T, k, lam, C, xi, delta, init, rule=None, cap=None, allow_repeats=True
+):
+    """GP-BUCB written out on an ExactPosterior (BBKB Alg. 2), product rule or a
+    rule object, with the paper's beta: what the engine-driven loop must match."""
+    post = ExactPosterior(X, k, lam, capacity=max(256, T))
+    arms, rewards, sizes = init.tolist(), oracle(init).tolist(), [init.numel()]
+    for a in arms:
+        post.add(a)
+    post.observe(torch.tensor(rewards, dtype=DT))
+    while len(arms) < T:
+        b = 2 * xi * math.sqrt(post.logdet() + math.log(1 / delta))
+        alpha = C * (b + (1 + math.sqrt(2)) * math.sqrt(lam))
+        mu, size, bound = post.mean(), 0, 1.0
+        masked = torch.zeros(X.shape[0], dtype=torch.bool)
+        if rule is not None:
+            rule.start(ExactBatchView(0, 0, post.variance()))
+        batch = []
+        while True:
+            var = post.variance()
+            u = mu + alpha * var.sqrt()
+            if not allow_repeats:
+                u = u.masked_fill(masked, -math.inf)
+            i = int(torch.argmax(u))
+            batch.append(i)
+            masked[i] = True
+            post.add(i)
+            size += 1
+            if rule is None:
+                bound *= 1 + float(var[i])
+                stop = bound > C
+            else:
+                stop = rule.update(i, float(var[i]))
+            limit = T - len(arms) if cap is None else min(cap, T - len(arms))
+            if stop or size >= limit or (bool(masked.all()) and not allow_repeats):
+                break
+        y = oracle(torch.tensor(batch))
+        post.observe(y)
+        arms += batch
+        rewards += y.tolist()
+        sizes.append(len(batch))
+    return arms, rewards, sizes
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"C": 4.0},
+        {"C": 3.0, "rule": "global"},
+        {"C": 8.0, "allow_repeats": False, "max_batch_size": 5},
+    ],
+)
+def test_exact_baselines_match_the_plain_gp_bucb_loop(options):
+    X, f = problem(A=150)
+    k = fixed_rbf_kernel(0.3)
+    T, lam, xi = 100, 1e-2, 0.1
+
+    def oracle():
+        return noisy_oracle(f, 0.01, torch.Generator().manual_seed(7))
+
+    res = run_gp_bucb(
+        X, oracle(), T, k, lam, xi=xi, seed=3, f_true=f, progress=False, **options
+    )
+    init = res.arms[:1]
+    rule = options.get("rule")
+    arms, rewards, sizes = reference_gp_bucb(
+        X,
+        oracle(),
+        T,
+        k,
+        lam,
+        options["C"],
+        xi,
+        1 / (T + 1),
+        init,
+        rule=None if rule is None else make_rule(rule, options["C"]),
+        cap=options.get("max_batch_size"),
+        allow_repeats=options.get("allow_repeats", True),
+    )
+    assert res.arms.tolist() == arms
+    assert torch.equal(res.rewards, torch.tensor(rewards, dtype=DT))
+    assert res.batch_sizes.tolist() == sizes
+    assert max(sizes) > 1  # batches grew: the comparison covers the stopping rule
+    # dict_size: distinct pulled arms at the start of each step's batch.
+    start = sizes[0]
+    for size in sizes[1:]:
+        expected = len(set(arms[:start]))
+        assert res.dict_size[start : start + size].tolist() == [expected] * size
+        start += size
+
+
+def test_exact_baseline_interrupted_resumes_like_an_uninterrupted_run():
+    X, f = problem(A=100)
+    k = fixed_rbf_kernel(0.3)
+    calls = []
+
+    def flaky(idx):
+        calls.append(idx.numel())
+        if len(calls) == 6:
+            raise RuntimeError("instrument down")
+        return f[idx]
+
+    full = run_gp_bucb(
+        X, lambda idx: f[idx], 60, k, 1e-2, C=4.0, seed=1, progress=False
+    )
+    with pytest.raises(run_bbkb_module.BBKBInterrupted, match="instrument") as info:
+        run_gp_bucb(X, flaky, 60, k, 1e-2, C=4.0, seed=1, progress=False)
+    partial = info.value.partial
+    assert 0 < partial.arms.numel() < 60
+    resumed = run_gp_bucb(X, flaky, 60, k, 1e-2, C=4.0, progress=False, resume=partial)
+    assert torch.equal(resumed.arms, full.arms)
+    assert torch.equal(resumed.batch_sizes, full.batch_sizes)
+    with pytest.raises(ValueError, match="unknown beta"):
+        run_gp_bucb(X, flaky, 60, k, 1e-2, beta="reference_code", progress=False)
 
 
 @pytest.mark.outcome

@@ -15,8 +15,10 @@ PUBLIC_ONLY = [
     "budget.py",
     "dictionary_policy.py",
     "fit_options.py",
+    "model_state.py",
     "nystrom_dictionary.py",
     "nystrom_fit.py",
+    "nystrom_inputs.py",
     "sketch_state.py",
 ]
 
