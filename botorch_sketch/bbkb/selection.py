@@ -485,7 +485,7 @@ class PooledUCBSelector:
         else:
             z = self.state.embed(torch.tensor([i], device=self._P.device))[0]
         if self._np:
-            self._downdate_numpy(z.numpy(), t)
+            self._downdate_numpy(self._Z_np[j] if j is not None else z.numpy(), t)
         else:
             self._downdate_torch(z, t)
         if not self.allow_repeats and j is not None:
@@ -541,12 +541,14 @@ class PooledUCBSelector:
 def _sub_outer(V: np.ndarray, h: np.ndarray) -> None:
     """``V -= h h^T`` in place for a symmetric ``V`` (BLAS ``ger``, no temporary)."""
     ger = {np.float64: _scipy_blas.dger, np.float32: _scipy_blas.sger}.get(V.dtype.type)
-    if ger is None or not V.flags.c_contiguous:
+    # ``ger`` updates a Fortran-ordered matrix in place: ``V`` or ``V^T``.
+    a = V if V.flags.f_contiguous else V.T
+    if ger is None or not a.flags.f_contiguous:
         V -= np.multiply.outer(h, h)
         return
-    out = ger(-1.0, h, h, a=V.T, overwrite_a=1)  # V^T is Fortran-ordered
+    out = ger(-1.0, h, h, a=a, overwrite_a=1)
     if not np.shares_memory(out, V):
-        V[...] = out.T
+        a[...] = out
 
 
 def _numpy_views_ok(x: Tensor) -> bool:
