@@ -617,6 +617,84 @@ def plot(path: pathlib.Path, curves: dict[str, BanditResult]) -> None:
 # ------------------------------------------------------------------------ main
 
 
+# ------------------------------------------- engine speed, two trees (issue 25)
+
+#: ``name -> (scaling, lengthscale, run_bbkb options)`` of the issue-25 runs:
+#: ``std`` is the authors' configuration of ``bench_resparsify.py`` (standardized
+#: features, two seeded random initial arms, ``beta="reference_code"``), ``hard``
+#: the dictionary-growth configuration (min-max features, ``l = 0.6``, paper
+#: ``beta~``). Both: ``lam = 1e-4``, ``C = q_bar = 2``, noise sd 0.01.
+ENGINE_CONFIGS = {
+    "std": ("standardized", 12.5, {"beta": "reference_code", "xi": NOISE_STD}),
+    "hard": ("minmax", 0.6, {}),
+}
+
+
+def engine_worker(name: str, T: int, seed: int) -> dict[str, Any]:
+    """One ``run_bbkb`` of :data:`ENGINE_CONFIGS` (whatever package is imported)."""
+    import hashlib
+
+    scaling, ls, opts = ENGINE_CONFIGS[name]
+    X, f = cadata(scaling)
+    if name == "std":
+        g = torch.Generator().manual_seed(seed)
+        init = torch.randperm(X.shape[0], generator=g)[:2]
+        opts = {**opts, "F": 1.0, "delta": 1.0 / T, "init": init}
+    kernel = fixed_rbf_kernel(ls)
+    oracle = noisy_oracle(f, NOISE_STD, torch.Generator().manual_seed(1000 + seed))
+    res, t = timed(
+        lambda: run_bbkb(
+            X,
+            oracle,
+            T,
+            kernel,
+            LAM,
+            C=C,
+            q_bar=Q_BAR,
+            f_true=f,
+            seed=seed,
+            progress=False,
+            **opts,
+        )  # fmt: skip
+    )
+    arms = ",".join(map(str, res.arms.tolist())).encode()
+    return {
+        "config": name, "T": T, "seed": seed, **t, "batches": res.num_batches,
+        "max_dict": int(res.dict_size.max()),
+        "regret_ratio": float(res.regret_ratio(f)[-1]),
+        "arms_sha1": hashlib.sha1(arms).hexdigest()[:12],
+    }  # fmt: skip
+
+
+def engine_ab(base: str, runs: Sequence[str], seeds: Sequence[int], reps: int) -> str:
+    """Alternate processes on the package of ``base`` and of this tree; markdown.
+
+    ``runs``: ``name:T`` items of :data:`ENGINE_CONFIGS`.
+    """
+    here = pathlib.Path(__file__).resolve()
+    trees = {"base": str(pathlib.Path(base).resolve()), "new": str(here.parents[1])}
+    rows = []
+    for _ in range(reps):
+        for item in runs:
+            name, T = item.split(":")
+            for seed in seeds:
+                for label, tree in trees.items():
+                    env = {**os.environ, "PYTHONPATH": tree, "OMP_NUM_THREADS": "1"}
+                    cmd = [sys.executable, str(here), "--engine-worker", name, T]
+                    out = subprocess.run(
+                        [*cmd, str(seed)], env=env, capture_output=True, text=True,
+                        check=True,
+                    )  # fmt: skip
+                    row = {"code": label, **json.loads(out.stdout.splitlines()[-1])}
+                    logger.info("%s", row)
+                    rows.append(row)
+    keys = ("code", "config", "T", "seed", "cpu_s", "wall_s", "load_before",
+            "batches", "max_dict", "regret_ratio", "arms_sha1")  # fmt: skip
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(_fmt(r[k]) for k in keys) + " |" for r in rows]
+    return "\n".join(lines)
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=pathlib.Path, default=RESULTS)
@@ -650,6 +728,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="keep the sections of an existing perf_results.json that are skipped",
     )
     p.add_argument("--nystrom-worker", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--engine-worker", nargs=3, default=None, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--ab-base",
+        default=None,
+        help="source tree of the baseline package: only run the issue-25 engine "
+        "comparison (processes alternating the baseline and this tree)",
+    )
+    p.add_argument("--ab-runs", default="std:10000", help="name:T of ENGINE_CONFIGS")
+    p.add_argument("--ab-seeds", default="0,1,2")
+    p.add_argument("--ab-reps", type=int, default=1)
     return p.parse_args(argv)
 
 
@@ -660,8 +748,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         out = nystrom_worker(args.nystrom_worker, args.nystrom_budget_gb, 0)
         print(json.dumps(out))
         return
+    if args.engine_worker is not None:
+        torch.set_num_threads(1)
+        name, T, seed = args.engine_worker
+        print(json.dumps(engine_worker(name, int(T), int(seed))))
+        return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(1)
+    if args.ab_base is not None:
+        seeds = [int(s) for s in args.ab_seeds.split(",")]
+        print(engine_ab(args.ab_base, args.ab_runs.split(","), seeds, args.ab_reps))
+        return
     skip = set(filter(None, args.skip.split(",")))
     args.out.mkdir(parents=True, exist_ok=True)
     res: dict[str, Any] = {

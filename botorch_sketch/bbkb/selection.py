@@ -35,7 +35,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+import numpy as np
 import torch
+from scipy.linalg import blas as _scipy_blas
 from torch import Tensor
 
 from botorch_sketch import linalg
@@ -328,6 +330,9 @@ class PooledUCBSelector:
         itemsize = self._u0.element_size() * max(r, 1)
         self._max_pool = max(int(max_pool_bytes) // itemsize, int(pool_size or 1))
         self._swept = False  # the pool was just re-made from the current UCBs
+        # On the CPU the per-step work (a few ``r``- and ``K``-vectors) runs on
+        # NumPy views of the same memory: same arithmetic, far less dispatch.
+        self._np = _numpy_views_ok(self._u0)
         self._grow(A if pool_size is None else min(int(pool_size), A))
         self.n_refreshed = 0
         self.total_refreshed = 0
@@ -388,6 +393,18 @@ class PooledUCBSelector:
         self._P, self._Z, self._s2, self._u, self._mask_P = P, Z, s2, u, mask
         self._resid, self._mu, self._K = resid, mu, K
         self._P_list: list[int] | None = None
+        self._views()
+
+    def _views(self) -> None:
+        """NumPy views of the per-step tensors (CPU only; same memory)."""
+        if not self._np:
+            return
+        self._u_np, self._s2_np = self._u.numpy(), self._s2.numpy()
+        self._mu_np, self._resid_np = self._mu.numpy(), self._resid.numpy()
+        self._mask_np = self._mask_P.numpy()
+        self._Z_np = None if self._Z is None else self._Z.numpy()
+        self._Vinv_np = None if self._Vinv is None else self._Vinv.numpy()
+        self._H_np, self._Zb_np = self._H.numpy(), self._Zb.numpy()
 
     def _refactor(self) -> None:
         """``L_t`` from ``V_s + sum_{s <= j < t} z_j z_j^T``; ``V_t^{-1}`` from it."""
@@ -396,14 +413,21 @@ class PooledUCBSelector:
         self._Vs = 0.5 * (V + V.mT)
         self._Vinv = torch.cholesky_inverse(torch.linalg.cholesky(self._Vs))
         self._s = self.t
+        if self._np:
+            self._Vinv_np = self._Vinv.numpy()
 
     def argmax(self) -> int:
         """Exact UCB maximiser (lowest index on ties) among the available arms."""
         if self.exhausted:
             raise RuntimeError("no available arm left in this batch.")
         while True:
-            j = int(torch.argmax(self._u))
-            if float(self._u[j]) > self._bound or self._swept:
+            if self._np:
+                j = int(self._u_np.argmax())
+                uj = float(self._u_np[j])
+            else:
+                j = int(torch.argmax(self._u))
+                uj = float(self._u[j])
+            if uj > self._bound or self._swept:
                 self._j = j
                 return self._arm(j)
             self._grow(2 * self._K)
@@ -415,6 +439,8 @@ class PooledUCBSelector:
 
     def current(self) -> tuple[float, float]:
         """``(ucb, variance)`` of the arm returned by the last :meth:`argmax`."""
+        if self._np:
+            return float(self._u_np[self._j]), float(self._s2_np[self._j])
         return float(self._u[self._j]), float(self._s2[self._j])
 
     def variances(self) -> Tensor:
@@ -445,16 +471,38 @@ class PooledUCBSelector:
         self._swept = False
         if self._Z is None:
             self._Z = self.state.embed(self._P)
-        if j is not None:
-            z = self._Z[j]
-        else:
-            z = self.state.embed(torch.tensor([i], device=self._P.device))[0]
+            self._views()
         t = self.t
         if t >= self._H.shape[0]:
             self._H = torch.cat([self._H, torch.empty_like(self._H)])
             self._Zb = torch.cat([self._Zb, torch.empty_like(self._Zb)])
+            self._views()
         if self._Vinv is None:
             self._Vs, self._Vinv = self.state.V, self.state.Vinv.clone()
+            self._views()
+        if j is not None:
+            z = self._Z[j]
+        else:
+            z = self.state.embed(torch.tensor([i], device=self._P.device))[0]
+        if self._np:
+            self._downdate_numpy(self._Z_np[j] if j is not None else z.numpy(), t)
+        else:
+            self._downdate_torch(z, t)
+        if not self.allow_repeats and j is not None:
+            self._masked[i] = True
+            self._available -= 1
+            self._mask_P[j] = True
+        u = self._u
+        if self._np:
+            if self._mask_np.any():
+                u.masked_fill_(self._mask_P, -math.inf)
+        else:
+            u.masked_fill_(self._mask_P, -math.inf)
+        self.n_refreshed = self._K
+        self.total_refreshed += self._K
+
+    def _downdate_torch(self, z: Tensor, t: int) -> None:
+        """One Sherman-Morrison step with hallucinated embedding ``z`` (torch)."""
         c = self._Vinv @ z
         h = c.mul_(torch.dot(z, c).add_(1.0).rsqrt_())
         self._H[t] = h
@@ -467,15 +515,45 @@ class PooledUCBSelector:
         proj = self._Z @ h
         s2 = self._s2.sub_(proj.square_())
         torch.maximum(s2, self._resid, out=s2)
-        u = torch.add(self._mu, s2.sqrt(), alpha=self.alpha)
-        if not self.allow_repeats and j is not None:
-            self._masked[i] = True
-            self._available -= 1
-            self._mask_P[j] = True
-        u.masked_fill_(self._mask_P, -math.inf)
-        self._u = u
-        self.n_refreshed = self._K
-        self.total_refreshed += self._K
+        self._u = torch.add(self._mu, s2.sqrt(), alpha=self.alpha)
+
+    def _downdate_numpy(self, z: np.ndarray, t: int) -> None:
+        """:meth:`_downdate_torch` on NumPy views of the same tensors."""
+        c = self._Vinv_np @ z
+        h = c * (1.0 / math.sqrt(1.0 + float(z @ c)))
+        self._H_np[t] = h
+        self._Zb_np[t] = z
+        self.t = t + 1
+        if self.t - self._s >= max(self.state.rank, 1):
+            self._refactor()
+        else:
+            _sub_outer(self._Vinv_np, h)
+        proj = self._Z_np @ h
+        s2 = self._s2_np
+        s2 -= proj * proj
+        np.maximum(s2, self._resid_np, out=s2)
+        u = self._u_np
+        np.sqrt(s2, out=u)
+        u *= self.alpha
+        u += self._mu_np
+
+
+def _sub_outer(V: np.ndarray, h: np.ndarray) -> None:
+    """``V -= h h^T`` in place for a symmetric ``V`` (BLAS ``ger``, no temporary)."""
+    ger = {np.float64: _scipy_blas.dger, np.float32: _scipy_blas.sger}.get(V.dtype.type)
+    # ``ger`` updates a Fortran-ordered matrix in place: ``V`` or ``V^T``.
+    a = V if V.flags.f_contiguous else V.T
+    if ger is None or not a.flags.f_contiguous:
+        V -= np.multiply.outer(h, h)
+        return
+    out = ger(-1.0, h, h, a=a, overwrite_a=1)
+    if not np.shares_memory(out, V):
+        a[...] = out
+
+
+def _numpy_views_ok(x: Tensor) -> bool:
+    """Whether the selector's per-step tensors can be worked on as NumPy views."""
+    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
 
 
 def select_batch(

@@ -112,7 +112,10 @@ class GlobalRule(StoppingRule):
         if state is None:
             raise ValueError("GlobalRule.start needs the batch-start state.")
         super().start(state)
-        self._s2_0 = state.s2_0
+        s2_0 = state.s2_0
+        # A NumPy view on the CPU: one scalar read per step without dispatch.
+        cpu = s2_0.device.type == "cpu" and not s2_0.requires_grad
+        self._s2_0 = s2_0.numpy() if cpu else s2_0
 
     def _update(self, arm: int, variance: float) -> float:
         return self._bound + float(self._s2_0[arm])

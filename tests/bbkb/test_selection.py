@@ -251,3 +251,27 @@ def test_select_batch_with_pending_and_excluded_arms(allow_repeats):
         select_batch(
             state, alpha, make_rule("global", 2.0), selector="lazy", pending=[1]
         )
+
+
+@pytest.mark.parametrize("allow_repeats", [True, False])
+def test_numpy_and_torch_step_paths_choose_the_same_arms(monkeypatch, allow_repeats):
+    from botorch_sketch.bbkb import selection
+
+    state, _, _ = make_state(seed=3, A=200, m=12)
+    runs = {}
+    for name in ("numpy", "torch"):
+        if name == "torch":
+            monkeypatch.setattr(selection, "_numpy_views_ok", lambda x: False)
+        sel = PooledUCBSelector(state, 2.0, allow_repeats=allow_repeats, pool_size=8)
+        assert sel._np == (name == "numpy")
+        arms, s2 = [], []
+        for _ in range(40):
+            i = sel.argmax()
+            arms.append(i)
+            s2.append(sel.current()[1])
+            sel.hallucinate(i)
+        runs[name] = (arms, torch.tensor(s2), sel.variances())
+    (a_np, s_np, v_np), (a_t, s_t, v_t) = runs["numpy"], runs["torch"]
+    assert a_np == a_t
+    assert torch.allclose(s_np, s_t, rtol=1e-10, atol=1e-12)
+    assert torch.allclose(v_np, v_t, rtol=1e-10, atol=1e-12)
