@@ -94,6 +94,18 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("benchmarks/bench_ax_long_run.py", ()),
+    # Issue 24: large budgets (TuRBO-1, "bbkb", "turbo-bkb", Ax's default, Sobol),
+    # the 10-seed stall check and repeats on discrete spaces.
+    ("benchmarks/bench_large_budget.py", ()),
+    ("benchmarks/bench_turbo_bkb.py", ()),
+    ("benchmarks/bench_stall.py", ()),
+    ("benchmarks/bench_discrete_repeats.py", ()),
+    # Issue 25: the model and engine rows on this machine's device.
+    ("benchmarks/bench_gpu.py", ()),
+    # Issue 27: k workers on a local Ray (needs the `ray` extra).
+    ("benchmarks/bench_ray_workers.py", ()),
+    ("benchmarks/bench_learning.py", ()),
+    ("benchmarks/bench_ax_seeds.py", ()),
 )
 
 
