@@ -78,7 +78,12 @@ from botorch_sketch.models.nystrom_dictionary import (
     locate_rows,
     validate_indices,
 )
-from botorch_sketch.models.nystrom_fit import custom_loss, exact_loss, fit_nystrom_gp
+from botorch_sketch.models.nystrom_fit import (
+    custom_loss,
+    exact_loss,
+    fit_nystrom_gp,
+    fit_subset_size,
+)
 from botorch_sketch.models.nystrom_posterior import (
     LAZY_COVARIANCE_MIN_POINTS,
     append_rows,
@@ -570,8 +575,9 @@ class NystromGP(
     @property
     def dictionary_report(self) -> dict[str, Any]:
         r"""What the dictionary is and why: its size, the budget and whether it
-        bound, the ridge it sampled, and the mean Nyström residual over the noise
-        where the policy measured it (``0`` for every point)."""
+        bound, the ridge it sampled, the mean Nyström residual over the noise
+        where the policy measured it (``0`` for every point), and the size of
+        the hyperparameter fit's subsample."""
         size = self.dictionary_size  # drawn now if still pending
         return {
             "size": size,
@@ -580,6 +586,7 @@ class NystromGP(
             "capped": self.dictionary_capped,
             "ridge": self.sketch_ridge,
             "residual": self.nystrom_residual,
+            "fit_subset_size": fit_subset_size(self),
         }
 
     @property

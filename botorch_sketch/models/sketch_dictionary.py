@@ -186,6 +186,4 @@ class SketchDictionaryMixin:
 
     def _dictionary_cap(self) -> int | None:
         """The policy's budget for the current data."""
-        return self.dictionary_policy.cap(
-            self.num_training_points, self._train_X.element_size()
-        )
+        return self.dictionary_policy.cap_for(self._train_X)
