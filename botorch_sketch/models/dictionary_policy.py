@@ -18,7 +18,9 @@ sampling (Calandriello et al., COLT 2019, Sec. 3.1):
   seeded subsample; while ``rho > residual_tolerance`` the oversampling factor
   doubles and the dictionary is redrawn, until the criterion is met, the budget
   binds or ``max_growth_rounds`` redraws were made. The dictionary size is thus
-  the one the accuracy needs, not a fixed multiple of ``q_bar``.
+  the one the accuracy needs, not a fixed multiple of ``q_bar``. Redraws (a warm
+  start, BKB's resampling in a loop, conditioning) resample at ``q_bar`` within
+  the budget, without the check.
 * Within the budget ``m_max`` (``max_dictionary_size``; by default ``"device"``,
   the cap the device holding the data affords in time and memory,
   :func:`~botorch_sketch.models.budget.device_dictionary_cap` of
