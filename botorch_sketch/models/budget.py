@@ -10,14 +10,18 @@ training points in ``d`` dimensions cost, in floating-point operations,
 and about ``B n m`` numbers of memory (``B = 4`` blocks of ``n x m``). The cap is
 the largest ``m <= n`` with ``F(m) / flop_rate <= T(n)`` and
 ``B n m itemsize <= memory_fraction * free_memory``
-(:func:`device_dictionary_cap`), where the time budget grows linearly with the
-data (:func:`sketch_time_budget`),
+(:func:`device_dictionary_cap`), where the time budget grows with the data
+(:func:`sketch_time_budget`),
 
-    T(n) = BASE_SECONDS + SECONDS_PER_POINT * n,
+    T(n) = BASE_SECONDS + SECONDS_PER_POINT * n * max(1, n / REFERENCE_POINTS)^{1/2}.
 
-so that, ``4 n m^2`` dominating, the cap tends to a constant
-``m ~ sqrt(flop_rate SECONDS_PER_POINT / 4)`` as ``n`` grows instead of
-shrinking like ``n^{-1/2}`` (more data never buy a smaller dictionary by much).
+Up to ``REFERENCE_POINTS`` it is linear in ``n``, and the cap, ``4 n m^2``
+dominating, stays near ``sqrt(flop_rate SECONDS_PER_POINT / 4)`` (a CPU keeps
+about the cost of a fixed cap of 1,000 points); beyond, it grows like
+``n^{3/2}`` and the cap like ``(n / REFERENCE_POINTS)^{1/4}``: the effective
+dimension of the data grows with ``n``, and a dictionary that did not grow with
+it would leave a DTC posterior that gets worse with more data. A fixed time
+budget would shrink the cap like ``n^{-1/2}``.
 
 The hyperparameter fit on a subsample of ``s`` points evaluates the exact
 marginal likelihood about ``FIT_EVALUATIONS`` times, each a Cholesky factor and
@@ -50,6 +54,7 @@ __all__ = [
     "FIT_EVALUATIONS",
     "FIT_SECONDS",
     "MIN_FIT_SUBSET_SIZE",
+    "REFERENCE_POINTS",
     "SECONDS_PER_POINT",
     "DeviceFacts",
     "device_dictionary_cap",
@@ -73,6 +78,9 @@ BASE_SECONDS = 0.25
 
 #: Seconds per training point of the sketch's time budget ``T(n)``.
 SECONDS_PER_POINT = 1.5e-4
+
+#: Beyond this many points the time budget ``T(n)`` grows like ``n^{3/2}``.
+REFERENCE_POINTS = 4000
 
 #: Marginal-likelihood evaluations assumed for one hyperparameter fit.
 FIT_EVALUATIONS = 100
@@ -120,9 +128,10 @@ def fit_flops(s: int) -> float:
 
 
 def sketch_time_budget(n: int) -> float:
-    r"""``T(n) = BASE_SECONDS + SECONDS_PER_POINT n``, seconds (module docstring)."""
+    r"""``T(n)`` in seconds (module docstring)."""
     check_bool_free_int(n, "n", minimum=1)
-    return BASE_SECONDS + SECONDS_PER_POINT * n
+    growth = math.sqrt(max(1.0, n / REFERENCE_POINTS))
+    return BASE_SECONDS + SECONDS_PER_POINT * n * growth
 
 
 def device_dictionary_cap(
