@@ -2,8 +2,11 @@
 
 Model rows: fit + predict time and test NLL (2,000 held-out points, with
 observation noise) of ``SingleTaskGP`` (where ``n <= --exact-max-n``),
-``NystromGP`` with its defaults, and ``NystromGP`` with a larger budget
-(``--budget``, ``fit_subset_size=--fit-subset``), on standardized Cadata and
+``NystromGP`` with its defaults (the dictionary sized by its accuracy criterion
+within the device-derived cap, the fit subset by the device: the rows record
+both, ``m`` and ``fit_subset``, with the criterion's value ``residual``), and
+``NystromGP`` with a larger budget (``--budget``, ``fit_subset_size=
+--fit-subset``), on standardized Cadata and
 low-noise Hartmann6 (noise sd 0.05), the data of ``bench_nystrom.py``. Every
 tensor is created on the device; float64 throughout.
 
@@ -94,6 +97,7 @@ def model_row(
     device = torch.device(args.device)
     data = {k: v.to(device) for k, v in load_data(dataset, n, args.seed).items()}
     X, Y = data["train_X"], data["train_Y"]
+    cpu_start = time.process_time()
     if method == "exact":
         model = SingleTaskGP(X, Y)
     elif method == "nystrom":
@@ -124,7 +128,27 @@ def model_row(
         "total_s": fit_s + predict_s,
         "nll": score,
         "m": getattr(model, "dictionary_size", n),
+        **_report(model),
+        "cpu_s": time.process_time() - cpu_start,
+        "load": _load(),
     }
+
+
+def _report(model: Any) -> dict[str, Any]:
+    """The chosen cap, fit subset and criterion value of a ``NystromGP``."""
+    report = getattr(model, "dictionary_report", None)
+    if report is None:
+        return {}
+    keys = ("cap", "capped", "residual", "fit_subset_size")
+    return {k: report.get(k) for k in keys}
+
+
+def _load() -> float:
+    try:
+        with open("/proc/loadavg") as fh:
+            return float(fh.read().split()[0])
+    except OSError:
+        return math.nan
 
 
 def bbkb_row(rows: int | None, T: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -169,12 +193,22 @@ def bbkb_row(rows: int | None, T: int, args: argparse.Namespace) -> dict[str, An
 
 def plan(args: argparse.Namespace) -> list[tuple[str, tuple]]:
     cells = QUICK_CELLS if args.quick else MODEL_CELLS
+    if args.cells:
+        cells = tuple(
+            (name, int(n)) for name, n in (c.split(":") for c in args.cells.split(","))
+        )
+    methods = args.methods.split(",")
     jobs: list[tuple[str, tuple]] = []
     for dataset, n in cells:
-        if n <= args.exact_max_n:
+        if n <= args.exact_max_n and "exact" in methods:
             jobs.append(("model", (dataset, n, "exact")))
-        jobs += [("model", (dataset, n, "nystrom")), ("model", (dataset, n, "budget"))]
-    jobs.append(("bbkb", (None, args.bbkb_T)))
+        jobs += [
+            ("model", (dataset, n, method))
+            for method in ("nystrom", "budget")
+            if method in methods
+        ]
+    if "bbkb" in methods:
+        jobs.append(("bbkb", (None, args.bbkb_T)))
     if args.tiled_rows:
         jobs.append(("bbkb", (args.tiled_rows, args.tiled_T)))
     return jobs
@@ -183,7 +217,21 @@ def plan(args: argparse.Namespace) -> list[tuple[str, tuple]]:
 def report(rows: list[dict[str, Any]], path: Path, machine: str, argv: str) -> None:
     models = [r for r in rows if r["kind"] == "model"]
     bbkb = [r for r in rows if r["kind"] == "bbkb"]
-    cols = ["dataset", "n", "method", "m", "fit_s", "predict_s", "total_s", "nll"]
+    cols = [
+        "dataset",
+        "n",
+        "method",
+        "m",
+        "cap",
+        "residual",
+        "fit_subset_size",
+        "fit_s",
+        "predict_s",
+        "total_s",
+        "cpu_s",
+        "nll",
+        "load",
+    ]
     bcols = ["dataset", "n", "T", "loop_s", "regret_ratio", "batches", "m"]
     text = [
         f"# NystromGP and BBKB on `{rows[0]['device'] if rows else '?'}`",
@@ -215,6 +263,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tiled-rows", type=int, default=0)
     p.add_argument("--tiled-T", type=int, default=2000)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument(
+        "--methods",
+        default="exact,nystrom,budget,bbkb",
+        help="rows to run: exact, nystrom, budget (model rows), bbkb",
+    )
+    p.add_argument(
+        "--cells", default="", help="model cells, e.g. synthetic:16000,cadata:4000"
+    )
     args = p.parse_args(argv)
     if args.exact_max_n is None:
         args.exact_max_n = 20000 if args.device.startswith("cuda") else 4000

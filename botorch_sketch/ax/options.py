@@ -97,6 +97,14 @@ def _one_of(*choices: str) -> Validator:
     return check
 
 
+def _device_or(check: Validator) -> Validator:
+    def device_or(value: Any, key: str) -> None:
+        if value != "device":
+            check(value, key)
+
+    return device_or
+
+
 def _optional(check: Validator) -> Validator:
     def optional(value: Any, key: str) -> None:
         if value is not None:
@@ -115,8 +123,8 @@ VALIDATORS: dict[str, Validator] = {
     "alpha": _optional(_finite(0.0, strict=False)),
     "C": _finite(1.0, strict=False),
     "q_bar": _finite(0.0, strict=True),
-    "max_dictionary_size": _optional(_positive_int),
-    "fit_subset_size": _optional(_positive_int),
+    "max_dictionary_size": _optional(_device_or(_positive_int)),
+    "fit_subset_size": _optional(_device_or(_positive_int)),
     "exact_max_n": _non_negative_int,
     "refit_growth": _finite(0.0, strict=False),
     "refit_tolerance": _finite(0.0, strict=False),

@@ -8,30 +8,88 @@ training points in ``d`` dimensions cost, in floating-point operations,
          + 10 m^3         (the m x m eigendecomposition and factors)
 
 and about ``B n m`` numbers of memory (``B = 4`` blocks of ``n x m``). The cap is
-the largest ``m <= n`` with ``F(m) / flop_rate <= time_budget`` and
+the largest ``m <= n`` with ``F(m) / flop_rate <= T(n)`` and
 ``B n m itemsize <= memory_fraction * free_memory``
-(:func:`device_dictionary_cap`). The device facts are measured
-(:func:`measure_device_facts`) or given, so a test can pass fake ones.
+(:func:`device_dictionary_cap`), where the time budget grows with the data
+(:func:`sketch_time_budget`),
+
+    T(n) = BASE_SECONDS + SECONDS_PER_POINT * n * max(1, n / REFERENCE_POINTS)^{1/2}.
+
+Up to ``REFERENCE_POINTS`` it is linear in ``n``, and the cap, ``4 n m^2``
+dominating, stays near ``sqrt(flop_rate SECONDS_PER_POINT / 4)`` (a CPU keeps
+about the cost of a fixed cap of 1,000 points); beyond, it grows like
+``n^{3/2}`` and the cap like ``(n / REFERENCE_POINTS)^{1/4}``: the effective
+dimension of the data grows with ``n``, and a dictionary that did not grow with
+it would leave a DTC posterior that gets worse with more data. A fixed time
+budget would shrink the cap like ``n^{-1/2}``.
+
+The hyperparameter fit on a subsample of ``s`` points evaluates the exact
+marginal likelihood about ``FIT_EVALUATIONS`` times, each a Cholesky factor and
+its gradient, ``G(s) = 4/3 s^3`` operations; the fit subset is the largest
+``s <= n`` with ``FIT_EVALUATIONS G(s) / flop_rate <= FIT_SECONDS`` and at least
+``min(n, minimum)`` (:func:`device_fit_subset_size`).
+
+The device facts (:class:`DeviceFacts`) are modelled on a CPU (a fixed nominal
+rate ``CPU_FLOP_RATE``, so that a seeded model draws the same dictionary on
+every run whatever the machine's load, and the available memory), measured once
+per process on a GPU (:func:`measure_device_facts`: a timed product, the
+allocator's free memory), or given, so a test can pass fake ones
+(:func:`device_facts`).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
 from botorch_sketch.models.validation import check_bool_free_int
 
 __all__ = [
+    "BASE_SECONDS",
+    "CPU_FLOP_RATE",
+    "FIT_EVALUATIONS",
+    "FIT_SECONDS",
+    "MIN_FIT_SUBSET_SIZE",
+    "REFERENCE_POINTS",
+    "SECONDS_PER_POINT",
     "DeviceFacts",
     "device_dictionary_cap",
+    "device_facts",
+    "device_fit_subset_size",
+    "fit_flops",
     "measure_device_facts",
     "posterior_cache_flops",
+    "sketch_time_budget",
 ]
 
 #: ``n x m`` blocks held at once by a fit.
 MEMORY_BLOCKS = 4
+
+#: Nominal float64 matrix-product rate of one CPU core, operations per second
+#: (the modelled CPU flop rate).
+CPU_FLOP_RATE = 5e10
+
+#: Seconds of the sketch's time budget ``T(n)`` whatever ``n``.
+BASE_SECONDS = 0.25
+
+#: Seconds per training point of the sketch's time budget ``T(n)``.
+SECONDS_PER_POINT = 1.5e-4
+
+#: Beyond this many points the time budget ``T(n)`` grows like ``n^{3/2}``.
+REFERENCE_POINTS = 4000
+
+#: Marginal-likelihood evaluations assumed for one hyperparameter fit.
+FIT_EVALUATIONS = 100
+
+#: Seconds the hyperparameter fit's evaluations may take.
+FIT_SECONDS = 2.5
+
+#: The fit subset is at least this large (or every point).
+MIN_FIT_SUBSET_SIZE = 1000
 
 
 @dataclass(frozen=True)
@@ -64,11 +122,23 @@ def posterior_cache_flops(n: int, m: int, d: int) -> float:
     return 3.0 * n * m * d + 4.0 * n * m * m + 10.0 * m**3
 
 
+def fit_flops(s: int) -> float:
+    r"""``G(s) = 4/3 s^3``, one exact-likelihood evaluation and gradient (module)."""
+    return 4.0 / 3.0 * float(s) ** 3
+
+
+def sketch_time_budget(n: int) -> float:
+    r"""``T(n)`` in seconds (module docstring)."""
+    check_bool_free_int(n, "n", minimum=1)
+    growth = math.sqrt(max(1.0, n / REFERENCE_POINTS))
+    return BASE_SECONDS + SECONDS_PER_POINT * n * growth
+
+
 def device_dictionary_cap(
     facts: DeviceFacts,
     n: int,
     d: int,
-    time_budget: float = 1.0,
+    time_budget: float | None = None,
     memory_fraction: float = 0.5,
 ) -> int:
     r"""The largest dictionary the device affords for ``n`` points in ``d`` dims.
@@ -81,7 +151,8 @@ def device_dictionary_cap(
         facts: The device's flop rate, free memory and itemsize.
         n: Number of training points.
         d: Input dimension.
-        time_budget: Seconds one pass over the posterior caches may take.
+        time_budget: Seconds one pass over the posterior caches may take
+            (``None``: :func:`sketch_time_budget` of ``n``).
         memory_fraction: Fraction of the free memory the ``n x m`` blocks may use.
 
     Returns:
@@ -89,7 +160,11 @@ def device_dictionary_cap(
     """
     check_bool_free_int(n, "n", minimum=1)
     check_bool_free_int(d, "d", minimum=1)
-    if not (isinstance(time_budget, int | float) and time_budget > 0):
+    if time_budget is None:
+        time_budget = sketch_time_budget(n)
+    if isinstance(time_budget, bool) or not (
+        isinstance(time_budget, int | float) and time_budget > 0
+    ):
         raise ValueError(f"time_budget must be positive, got {time_budget!r}.")
     if not (isinstance(memory_fraction, int | float) and 0 < memory_fraction <= 1):
         raise ValueError(
@@ -108,6 +183,66 @@ def device_dictionary_cap(
         else:
             high = mid - 1
     return low
+
+
+def device_fit_subset_size(
+    facts: DeviceFacts,
+    n: int,
+    time_budget: float = FIT_SECONDS,
+    minimum: int = MIN_FIT_SUBSET_SIZE,
+) -> int:
+    r"""The fit subset the device affords: the largest ``s`` with
+    ``FIT_EVALUATIONS G(s) <= flop_rate * time_budget``, within
+    ``[min(n, minimum), n]`` (module docstring).
+
+    Args:
+        facts: The device's flop rate (memory does not bind: ``s^2`` numbers).
+        n: Number of training points.
+        time_budget: Seconds the fit's likelihood evaluations may take.
+        minimum: The smallest subset (or every point, if fewer).
+
+    Returns:
+        The subset size ``s``.
+    """
+    check_bool_free_int(n, "n", minimum=1)
+    check_bool_free_int(minimum, "minimum", minimum=1)
+    if isinstance(time_budget, bool) or not (
+        isinstance(time_budget, int | float) and time_budget > 0
+    ):
+        raise ValueError(f"time_budget must be positive, got {time_budget!r}.")
+    flops = facts.flop_rate * time_budget / FIT_EVALUATIONS
+    s = int(math.floor((0.75 * flops) ** (1.0 / 3.0)))
+    while s > 1 and fit_flops(s) > flops:  # guard the cube root's rounding
+        s -= 1
+    return min(n, max(s, minimum))
+
+
+def device_facts(
+    device: torch.device | str = "cpu", dtype: torch.dtype = torch.float64
+) -> DeviceFacts:
+    r"""The facts of ``device`` for ``dtype``: modelled on a CPU, measured on a GPU.
+
+    A CPU gets the nominal float64 rate ``CPU_FLOP_RATE`` (whatever ``dtype``)
+    and the system's available memory; another device its
+    :func:`measure_device_facts`, measured once per process and device (its free
+    memory read at every call).
+    """
+    device = torch.device(device)
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    if device.type == "cpu":
+        return DeviceFacts(CPU_FLOP_RATE, _available_memory(), itemsize)
+    rate = _measured_rate(str(device), dtype)
+    free = (
+        float(torch.cuda.mem_get_info(device)[0])
+        if device.type == "cuda"
+        else _available_memory()
+    )
+    return DeviceFacts(rate, free, itemsize)
+
+
+@lru_cache(maxsize=16)
+def _measured_rate(device: str, dtype: torch.dtype) -> float:
+    return measure_device_facts(device, dtype, size=2048).flop_rate
 
 
 def measure_device_facts(

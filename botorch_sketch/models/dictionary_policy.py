@@ -11,7 +11,20 @@ sampling (Calandriello et al., COLT 2019, Sec. 3.1):
   duplicated input; a fresh dictionary is drawn by BLESS
   (:func:`~botorch_sketch.linalg.bless`, ``O(n m^2)``), a warm one by resampling
   the previous dictionary's scores.
-* Within the budget ``m_max`` (``max_dictionary_size``, and the cap of
+* The accuracy criterion: a fresh draw is checked against the mean Nyström
+  residual over the noise, ``rho = mean_i (k_ii - Q_ii) / sigma^2``
+  (:func:`~botorch_sketch.models.nystrom_dictionary.mean_nystrom_residual`,
+  the prior variance the sketch leaves unexplained, in noise variances), on a
+  seeded subsample; while ``rho > residual_tolerance`` the oversampling factor
+  doubles and the dictionary is redrawn, until the criterion is met, the budget
+  binds or ``max_growth_rounds`` redraws were made. The dictionary size is thus
+  the one the accuracy needs, not a fixed multiple of ``q_bar``. Redraws (a warm
+  start, BKB's resampling in a loop, conditioning) resample at ``q_bar`` within
+  the budget, without the check.
+* Within the budget ``m_max`` (``max_dictionary_size``; by default ``"device"``,
+  the cap the device holding the data affords in time and memory,
+  :func:`~botorch_sketch.models.budget.device_dictionary_cap` of
+  :func:`~botorch_sketch.models.budget.device_facts`; and the cap of
   ``memory_budget_gb``): ``s < 1`` where ``q_bar d_eff`` exceeds it, i.e. the
   leverage scores of the larger ridge ``ridge / s``.
 * The regime guard: ``n <= exact_max_n``, or a draw keeping at least
@@ -36,6 +49,7 @@ from gpytorch.likelihoods import Likelihood
 from gpytorch.module import Module
 from torch import Tensor
 
+from botorch_sketch.models.budget import device_dictionary_cap, device_facts
 from botorch_sketch.models.nystrom_dictionary import (
     SketchDraw,
     dictionary_cap,
@@ -62,15 +76,23 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "DEFAULT_EXACT_MAX_N",
     "DEFAULT_MAX_DICTIONARY_SIZE",
+    "DEFAULT_RESIDUAL_TOLERANCE",
+    "DEVICE_BUDGET",
     "DictionaryPolicy",
     "LeverageScorePolicy",
     "ResidualTargetPolicy",
     "SketchModel",
 ]
 
-#: Default sketch budget ``m_max``: an ``O(n m^2)`` pass and an ``m x m``
-#: eigendecomposition stay within seconds on a CPU at ``n = 10^5``.
-DEFAULT_MAX_DICTIONARY_SIZE = 1000
+#: ``max_dictionary_size`` that asks for the device-derived cap
+#: (:func:`~botorch_sketch.models.budget.device_dictionary_cap`).
+DEVICE_BUDGET = "device"
+
+#: Default sketch budget ``m_max``: the device-derived cap.
+DEFAULT_MAX_DICTIONARY_SIZE = DEVICE_BUDGET
+
+#: Default target of the mean Nyström residual over the noise.
+DEFAULT_RESIDUAL_TOLERANCE = 0.05
 
 #: Up to this many training points the model is the exact GP (every point).
 DEFAULT_EXACT_MAX_N = 500
@@ -137,9 +159,20 @@ class DictionaryPolicy(ABC):
     ) -> SketchDraw:
         r"""Redraw from leverage ``scores`` (``... x n``) at ``ridge``."""
 
-    def cap(self, n: int, itemsize: int) -> int | None:
-        r"""The largest dictionary for ``n`` points of ``itemsize`` bytes."""
+    def cap(
+        self,
+        n: int,
+        itemsize: int,
+        d: int = 1,
+        device: torch.device | str | None = None,
+    ) -> int | None:
+        r"""The largest dictionary for ``n`` points of ``itemsize`` bytes in ``d``
+        dimensions on ``device`` (``None``: the CPU)."""
         return None
+
+    def cap_for(self, X: Tensor) -> int | None:
+        r"""The largest dictionary for the inputs ``X`` (``... x n x d``)."""
+        return self.cap(X.shape[-2], X.element_size(), X.shape[-1], X.device)
 
     def resampling_ridge(self, ridge: float | None, noise: float) -> float | None:
         r"""The ridge a redraw scores at, given the last draw's (``None``: noise)."""
@@ -152,23 +185,34 @@ class DictionaryPolicy(ABC):
 
 @dataclass(frozen=True)
 class LeverageScorePolicy(DictionaryPolicy):
-    r"""BKB's ridge-leverage-score dictionary within a budget (module docstring).
+    r"""BKB's ridge-leverage-score dictionary, sized by an accuracy criterion
+    within a budget (module docstring).
 
     Attributes:
-        q_bar: Oversampling factor (``> 0``; the authors suggest 2 to 10).
-        max_dictionary_size: The budget ``m_max`` (``None``: none).
+        q_bar: Oversampling factor (``> 0``; the authors suggest 2 to 10), the
+            start of the growth.
+        max_dictionary_size: The budget ``m_max``: a positive int, ``"device"``
+            (the device-derived cap) or ``None`` (none).
         memory_budget_gb: Optional memory budget of the ``n x m`` blocks (about
             four arrays): also caps ``m`` at ``budget / (4 n itemsize)``.
         exact_max_n: Up to this many points every point is in the dictionary.
         seed: Seed of every draw (``0 <= seed < 2^63``; ``None``: torch's
             generator).
+        residual_tolerance: The target of ``rho``, the mean Nyström residual
+            over the noise (``> 0``; ``None``: no criterion, one draw at
+            ``q_bar``).
+        evaluation_size: Points ``rho`` is measured on (``None``: all).
+        max_growth_rounds: Largest number of growth redraws.
     """
 
     q_bar: float = 2.0
-    max_dictionary_size: int | None = DEFAULT_MAX_DICTIONARY_SIZE
+    max_dictionary_size: int | str | None = DEFAULT_MAX_DICTIONARY_SIZE
     memory_budget_gb: float | None = None
     exact_max_n: int = DEFAULT_EXACT_MAX_N
     seed: int | None = None
+    residual_tolerance: float | None = DEFAULT_RESIDUAL_TOLERANCE
+    evaluation_size: int | None = 2000
+    max_growth_rounds: int = 6
 
     def __post_init__(self) -> None:
         q_bar = self.q_bar
@@ -177,7 +221,8 @@ class LeverageScorePolicy(DictionaryPolicy):
         ):
             raise ValueError(f"q_bar must be a positive finite number, got {q_bar!r}.")
         object.__setattr__(self, "q_bar", float(q_bar))
-        optional_positive_int(self.max_dictionary_size, "max_dictionary_size")
+        if self.max_dictionary_size != DEVICE_BUDGET:
+            optional_positive_int(self.max_dictionary_size, "max_dictionary_size")
         budget = self.memory_budget_gb
         if budget is not None and (
             isinstance(budget, bool)
@@ -188,12 +233,33 @@ class LeverageScorePolicy(DictionaryPolicy):
             )
         check_bool_free_int(self.exact_max_n, "exact_max_n", minimum=0)
         check_seed(self.seed)
+        tol = self.residual_tolerance
+        if tol is not None and (
+            isinstance(tol, bool)
+            or not (isinstance(tol, int | float) and tol > 0 and math.isfinite(tol))
+        ):
+            raise ValueError(
+                "residual_tolerance must be a positive finite number or None, "
+                f"got {tol!r}."
+            )
+        optional_positive_int(self.evaluation_size, "evaluation_size")
+        check_bool_free_int(self.max_growth_rounds, "max_growth_rounds", minimum=0)
 
-    def cap(self, n: int, itemsize: int) -> int | None:
-        r"""``max_dictionary_size`` combined with the memory budget's cap."""
-        return dictionary_cap(
-            self.max_dictionary_size, self.memory_budget_gb, n, itemsize
-        )
+    def cap(
+        self,
+        n: int,
+        itemsize: int,
+        d: int = 1,
+        device: torch.device | str | None = None,
+    ) -> int | None:
+        r"""``max_dictionary_size`` (the device's cap for ``"device"``) combined
+        with the memory budget's cap."""
+        size = self.max_dictionary_size
+        if size == DEVICE_BUDGET:
+            dtype = torch.float64 if itemsize >= 8 else torch.float32
+            facts = device_facts("cpu" if device is None else device, dtype)
+            size = device_dictionary_cap(facts, n, d)
+        return dictionary_cap(size, self.memory_budget_gb, n, itemsize)
 
     def with_cap(self, cap: int | None) -> LeverageScorePolicy:
         r"""This policy with budget ``cap`` and no memory budget."""
@@ -211,7 +277,7 @@ class LeverageScorePolicy(DictionaryPolicy):
         """
         X = model.compute_inputs
         n = model.num_training_points
-        cap = self.cap(n, X.element_size())
+        cap = self.cap_for(X)
         every = SketchDraw(torch.arange(n, device=X.device), None, False)
         if uses_every_point("all" if every_point else "auto", n, self.exact_max_n, cap):
             return every
@@ -245,14 +311,68 @@ class LeverageScorePolicy(DictionaryPolicy):
         return rows
 
     def fresh(self, model: SketchModel) -> SketchDraw:
-        r"""BLESS at the current hyperparameters, within the budget."""
+        r"""BLESS at ``q_bar``, redrawn at doubled ``q_bar`` until ``rho`` is met.
+
+        Without ``residual_tolerance``: one BLESS draw at ``q_bar``. Each check
+        costs ``O(k m^2 + m^3)`` for ``k <= evaluation_size`` points.
+        """
         X = model.compute_inputs
+        cap = self.cap_for(X)
+        if self.residual_tolerance is None:
+            return self.bless(model, self.q_bar, cap)
+        n = model.num_training_points
+        eval_X = X
+        if self.evaluation_size is not None and n > self.evaluation_size:
+            order = torch.argsort(row_uniforms(n, self.seed, stream=2), stable=True)
+            rows = torch.sort(order[: self.evaluation_size]).values.to(X.device)
+            eval_X = X[..., rows, :]
+        q_bar, rounds = self.q_bar, 0
+        while True:
+            draw = self.bless(model, q_bar, cap)
+            rho = mean_nystrom_residual(
+                eval_X,
+                X[..., draw.indices, :],
+                model.covar_module,
+                model.likelihood.noise,
+            )
+            draw = draw._replace(residual=rho)
+            size = draw.indices.numel()
+            full = size >= n or (cap is not None and size >= cap) or draw.capped
+            if rho <= self.residual_tolerance or full:
+                break
+            if rounds >= self.max_growth_rounds:
+                break
+            q_bar, rounds = 2.0 * q_bar, rounds + 1
+        if rho > self.residual_tolerance and not draw.capped:
+            logger.warning(
+                "NystromGP: the dictionary of %d points leaves a mean Nystrom "
+                "residual of %.3g noise variances (target %.3g) after %d growth "
+                "rounds.",
+                size,
+                rho,
+                self.residual_tolerance,
+                rounds,
+            )
+        logger.info(
+            "NystromGP dictionary: %d of %d points (cap %s, q_bar %.3g), mean "
+            "Nystrom residual %.3g noise variances (target %.3g).",
+            size,
+            n,
+            cap,
+            q_bar,
+            rho,
+            self.residual_tolerance,
+        )
+        return draw
+
+    def bless(self, model: SketchModel, q_bar: float, cap: int | None) -> SketchDraw:
+        r"""BLESS at the current hyperparameters and ``q_bar``, within ``cap``."""
         return draw_bless(
-            X,
+            model.compute_inputs,
             model.covar_module,
             model.likelihood.noise,
-            self.q_bar,
-            self.cap(model.num_training_points, X.element_size()),
+            q_bar,
+            cap,
             model.next_generator,
         )
 
@@ -268,7 +388,7 @@ class LeverageScorePolicy(DictionaryPolicy):
         X = model.compute_inputs
         draw = draw_dictionary(
             union_scores(scores, input_rows(X), self.q_bar),
-            self.cap(model.num_training_points, X.element_size()),
+            self.cap_for(X),
             _mean_noise(model),
             ridge,
             generator=generator,
@@ -281,79 +401,17 @@ class LeverageScorePolicy(DictionaryPolicy):
 
 @dataclass(frozen=True)
 class ResidualTargetPolicy(LeverageScorePolicy):
-    r"""A leverage-score dictionary grown until it buys a target accuracy.
+    r"""A :class:`LeverageScorePolicy` whose accuracy criterion is required.
 
-    A fresh draw (BLESS at ``q_bar``) is followed by a check of the mean Nyström
-    residual over the noise, ``rho = mean_i (k_ii - Q_ii) / sigma^2``
-    (:func:`~botorch_sketch.models.nystrom_dictionary.mean_nystrom_residual`),
-    on a seeded subsample of at most ``evaluation_size`` points. While
-    ``rho > residual_tolerance``, the oversampling factor doubles and the
-    dictionary is redrawn, until the criterion is met, the budget
-    (``max_dictionary_size``, e.g. from :func:`~botorch_sketch.models.budget.
-    device_dictionary_cap`) binds, or ``max_growth_rounds`` redraws were made.
-    Each check costs ``O(k m^2 + m^3)`` for ``k`` evaluation points. The model
-    reports ``rho`` (:attr:`~botorch_sketch.models.NystromGP.dictionary_report`).
-
-    Attributes:
-        residual_tolerance: The target of ``rho`` (``> 0``).
-        evaluation_size: Points the criterion is measured on (``None``: all).
-        max_growth_rounds: Largest number of redraws.
+    The default policy already grows its dictionary until the mean Nyström
+    residual over the noise is at most ``residual_tolerance``; this one rejects
+    ``residual_tolerance=None``.
     """
 
-    residual_tolerance: float = 0.05
-    evaluation_size: int | None = 2000
-    max_growth_rounds: int = 6
-
     def __post_init__(self) -> None:
+        if self.residual_tolerance is None:
+            raise ValueError("residual_tolerance must be a positive finite number.")
         super().__post_init__()
-        tol = self.residual_tolerance
-        if isinstance(tol, bool) or not (
-            isinstance(tol, int | float) and tol > 0 and math.isfinite(tol)
-        ):
-            raise ValueError(
-                f"residual_tolerance must be a positive finite number, got {tol!r}."
-            )
-        optional_positive_int(self.evaluation_size, "evaluation_size")
-        check_bool_free_int(self.max_growth_rounds, "max_growth_rounds", minimum=0)
-
-    def fresh(self, model: SketchModel) -> SketchDraw:
-        r"""BLESS at ``q_bar``, redrawn at doubled ``q_bar`` until ``rho`` is met."""
-        X = model.compute_inputs
-        n = model.num_training_points
-        cap = self.cap(n, X.element_size())
-        eval_X = X
-        if self.evaluation_size is not None and n > self.evaluation_size:
-            order = torch.argsort(row_uniforms(n, self.seed, stream=2), stable=True)
-            rows = torch.sort(order[: self.evaluation_size]).values.to(X.device)
-            eval_X = X[..., rows, :]
-        q_bar, rounds = self.q_bar, 0
-        while True:
-            draw = LeverageScorePolicy.fresh(replace(self, q_bar=q_bar), model)
-            rho = mean_nystrom_residual(
-                eval_X,
-                X[..., draw.indices, :],
-                model.covar_module,
-                model.likelihood.noise,
-            )
-            draw = draw._replace(residual=rho)
-            size = draw.indices.numel()
-            full = size >= n or (cap is not None and size >= cap) or draw.capped
-            if rho <= self.residual_tolerance or full:
-                break
-            if rounds >= self.max_growth_rounds:
-                break
-            q_bar, rounds = 2.0 * q_bar, rounds + 1
-        if rho > self.residual_tolerance:
-            logger.warning(
-                "NystromGP: the dictionary of %d points leaves a mean Nystrom "
-                "residual of %.3g noise variances (target %.3g) after %d growth "
-                "rounds.",
-                draw.indices.numel(),
-                rho,
-                self.residual_tolerance,
-                rounds,
-            )
-        return draw
 
 
 def _mean_noise(model: SketchModel) -> float:

@@ -14,10 +14,19 @@ from botorch_sketch.models.validation import (
     optional_positive_int,
 )
 
-__all__ = ["DEFAULT_FIT_SUBSET_SIZE", "OBJECTIVES", "NystromFitOptions"]
+__all__ = [
+    "DEFAULT_FIT_SUBSET_SIZE",
+    "DEVICE_SUBSET",
+    "OBJECTIVES",
+    "NystromFitOptions",
+]
+
+#: ``fit_subset_size`` that asks for the device-derived size
+#: (:func:`~botorch_sketch.models.budget.device_fit_subset_size`).
+DEVICE_SUBSET = "device"
 
 #: Default size of the subsample the hyperparameters are fitted on.
-DEFAULT_FIT_SUBSET_SIZE = 1000
+DEFAULT_FIT_SUBSET_SIZE = DEVICE_SUBSET
 
 #: Objectives of the hyperparameter fit.
 OBJECTIVES = ("exact", "vfe", "dtc")
@@ -29,8 +38,10 @@ class NystromFitOptions:
 
     Attributes:
         fit_subset_size: The hyperparameters are fitted on a seeded uniform
-            subsample of at most this many points (``None``: all), ``O(s^3)``
-            per evaluation.
+            subsample of at most this many points (``None``: all; ``"device"``:
+            the largest the device affords in the fit's time budget, at least
+            1,000, :func:`~botorch_sketch.models.budget.device_fit_subset_size`),
+            ``O(s^3)`` per evaluation.
         objective: ``"exact"`` (the exact marginal likelihood of the subsample),
             ``"vfe"`` (Titsias' collapsed bound of the sketch) or ``"dtc"`` (the
             DTC likelihood), the latter two ``O(s m^2)``.
@@ -43,7 +54,7 @@ class NystromFitOptions:
             of its starts; ``None``: unbounded).
     """
 
-    fit_subset_size: int | None = DEFAULT_FIT_SUBSET_SIZE
+    fit_subset_size: int | str | None = DEFAULT_FIT_SUBSET_SIZE
     objective: str = "exact"
     dictionary_refits: int = 1
     refit_growth: float = 0.25
@@ -51,7 +62,8 @@ class NystromFitOptions:
     refit_max_iterations: int | None = 50
 
     def __post_init__(self) -> None:
-        optional_positive_int(self.fit_subset_size, "fit_subset_size")
+        if self.fit_subset_size != DEVICE_SUBSET:
+            optional_positive_int(self.fit_subset_size, "fit_subset_size")
         if self.objective not in OBJECTIVES:
             raise ValueError(
                 f"objective must be one of {OBJECTIVES}, got {self.objective!r}."

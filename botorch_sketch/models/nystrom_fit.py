@@ -7,7 +7,8 @@ fit_options.NystromFitOptions`; the model is read through :class:`FittableSketch
 1. **Hyperparameters** at a cost that does not grow with ``n``. By default
    (``objective="exact"``) they maximise the exact GP marginal likelihood on a
    seeded uniform subsample of at most ``fit_subset_size`` points (``O(s^3)`` per
-   evaluation, ``s <= fit_subset_size``). The Titsias bound (VFE) of a sketch
+   evaluation, ``s <= fit_subset_size``; by default the size the device affords,
+   :func:`fit_subset_size`). The Titsias bound (VFE) of a sketch
    whose size is capped charges the whole Nyström residual to the noise and so
    overestimates it; the exact likelihood of a subsample has no such bias.
    ``objective="vfe"`` / ``"dtc"`` keep the sketch objectives (``O(s m^2)``, with
@@ -47,7 +48,8 @@ from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
 from botorch_sketch import linalg
-from botorch_sketch.models.fit_options import NystromFitOptions
+from botorch_sketch.models.budget import device_facts, device_fit_subset_size
+from botorch_sketch.models.fit_options import DEVICE_SUBSET, NystromFitOptions
 from botorch_sketch.models.sketch_state import SketchState, hyperparameter_state
 
 logger = logging.getLogger(__name__)
@@ -59,6 +61,7 @@ __all__ = [
     "custom_loss",
     "exact_loss",
     "fit_nystrom_gp",
+    "fit_subset_size",
     "hyperparameter_state",
     "refit_due",
 ]
@@ -364,6 +367,21 @@ def _sub_mll(sub: FittableSketch) -> MarginalLogLikelihood:
     return ExactMarginalLogLikelihood(sub.likelihood, sub)
 
 
+def fit_subset_size(model: FittableSketch) -> int:
+    r"""The size of the model's fit subsample: ``fit_subset_size`` resolved.
+
+    ``None`` is every point; ``"device"`` the device's
+    :func:`~botorch_sketch.models.budget.device_fit_subset_size` for the
+    model's data (device and dtype of its training inputs); at most ``n``.
+    """
+    n = model.num_training_points
+    size = model.fit_options.fit_subset_size
+    if size == DEVICE_SUBSET:
+        X = model.compute_inputs
+        return device_fit_subset_size(device_facts(X.device, X.dtype), n)
+    return n if size is None else min(n, size)
+
+
 def _fit_subsample(model: FittableSketch) -> FittableSketch:
     r"""The model itself if ``n <= fit_subset_size``, else a seeded subsample copy.
 
@@ -376,8 +394,8 @@ def _fit_subsample(model: FittableSketch) -> FittableSketch:
     nearly the points they were fitted on, plus the new ones.
     """
     n = model.num_training_points
-    size = model.fit_options.fit_subset_size
-    if size is None or n <= size:
+    size = fit_subset_size(model)
+    if n <= size:
         return model
     order = torch.argsort(model.row_uniforms(stream=1), stable=True)[:size]
     return model.data_subset(torch.sort(order).values.to(model.compute_inputs.device))

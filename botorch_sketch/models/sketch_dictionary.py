@@ -18,6 +18,7 @@ from torch import Tensor
 
 from botorch_sketch.models.dictionary_policy import DictionaryPolicy
 from botorch_sketch.models.nystrom_dictionary import SketchDraw, row_uniforms
+from botorch_sketch.models.nystrom_fit import fit_subset_size
 from botorch_sketch.models.sketch_state import SketchState
 from botorch_sketch.models.validation import (
     check_batch_shape,
@@ -73,8 +74,9 @@ class SketchDictionaryMixin:
     @property
     def dictionary_report(self) -> dict[str, Any]:
         r"""What the dictionary is and why: its size, the budget and whether it
-        bound, the ridge it sampled, and the mean Nyström residual over the noise
-        where the policy measured it (``0`` for every point)."""
+        bound, the ridge it sampled, the mean Nyström residual over the noise
+        where the policy measured it (``0`` for every point), and the size of
+        the hyperparameter fit's subsample."""
         size = self.dictionary_size  # drawn now if still pending
         return {
             "size": size,
@@ -83,6 +85,7 @@ class SketchDictionaryMixin:
             "capped": self.dictionary_capped,
             "ridge": self.sketch_ridge,
             "residual": self.nystrom_residual,
+            "fit_subset_size": fit_subset_size(self),
         }
 
     @property
@@ -231,9 +234,7 @@ class SketchDictionaryMixin:
 
     def _dictionary_cap(self) -> int | None:
         """The policy's budget for the current data."""
-        return self.dictionary_policy.cap(
-            self.num_training_points, self._train_X.element_size()
-        )
+        return self.dictionary_policy.cap_for(self._train_X)
 
     def condition_and_resample(
         self,

@@ -1,16 +1,31 @@
-"""The device-derived dictionary cap is a pure function of (device facts, n, d)."""
+"""The device-derived budgets are pure functions of (device facts, n, d), and
+the model honours them in every path (fit, resample, conditioning)."""
 
 from __future__ import annotations
 
-import pytest
+import warnings
 
+import pytest
+import torch
+from botorch.fit import fit_gpytorch_mll
+from gpytorch.mlls import ExactMarginalLogLikelihood
+
+from botorch_sketch.models import NystromGP, budget, dictionary_policy, nystrom_fit
 from botorch_sketch.models.budget import (
+    CPU_FLOP_RATE,
+    FIT_EVALUATIONS,
     MEMORY_BLOCKS,
+    MIN_FIT_SUBSET_SIZE,
     DeviceFacts,
     device_dictionary_cap,
+    device_facts,
+    device_fit_subset_size,
+    fit_flops,
     measure_device_facts,
     posterior_cache_flops,
+    sketch_time_budget,
 )
+from botorch_sketch.models.dictionary_policy import LeverageScorePolicy
 
 CPU = DeviceFacts(flop_rate=2e10, free_memory=8 * 2**30)  # a few CPU cores
 GPU = DeviceFacts(flop_rate=5e13, free_memory=70 * 2**30)  # an H100, float64
@@ -21,22 +36,38 @@ def test_cap_is_the_largest_affordable_size():
     m = device_dictionary_cap(CPU, n, d, time_budget=1.0)
     assert posterior_cache_flops(n, m, d) <= CPU.flop_rate
     assert posterior_cache_flops(n, m + 1, d) > CPU.flop_rate
+    roomy = DeviceFacts(flop_rate=CPU.flop_rate, free_memory=2**40)  # time binds
+    m = device_dictionary_cap(roomy, n, d)  # the default budget T(n)
+    flops = roomy.flop_rate * sketch_time_budget(n)
+    assert posterior_cache_flops(n, m, d) <= flops < posterior_cache_flops(n, m + 1, d)
 
 
 def test_gpu_gets_thousands_where_a_cpu_gets_hundreds():
     n, d = 100_000, 6
     cpu = device_dictionary_cap(CPU, n, d)
     gpu = device_dictionary_cap(GPU, n, d)
-    assert 100 <= cpu < 1000 and gpu >= 5000
+    assert 100 <= cpu < gpu / 2 and gpu >= 5000
 
 
-def test_cap_grows_with_time_and_shrinks_with_data():
+def test_cap_grows_with_time_and_holds_with_data():
     assert device_dictionary_cap(CPU, 10_000, 6, time_budget=4.0) > (
         device_dictionary_cap(CPU, 10_000, 6, time_budget=1.0)
     )
-    assert device_dictionary_cap(CPU, 1_000_000, 6) < device_dictionary_cap(
-        CPU, 10_000, 6
+    # A fixed time budget buys fewer points as n grows ...
+    assert device_dictionary_cap(CPU, 1_000_000, 6, time_budget=1.0) < (
+        device_dictionary_cap(CPU, 10_000, 6, time_budget=1.0)
     )
+    # ... the default one holds it up to REFERENCE_POINTS, then grows it.
+    roomy = DeviceFacts(flop_rate=CPU.flop_rate, free_memory=2**40)  # time binds
+    ref = budget.REFERENCE_POINTS
+    small = [device_dictionary_cap(roomy, n, 6) for n in (ref // 2, ref)]
+    assert min(small) >= 0.85 * max(small)
+    caps = [device_dictionary_cap(roomy, n, 6) for n in (ref, 4 * ref, 16 * ref)]
+    assert caps[0] < caps[1] < caps[2]
+    assert caps[2] == pytest.approx(2 * caps[0], rel=0.2)  # like n^(1/4)
+    T = sketch_time_budget
+    assert T(ref // 2) - T(ref // 4) == pytest.approx(T(ref) - T(3 * ref // 4))
+    assert T(4 * ref) - T(3 * ref) > 3 * (T(ref) - T(3 * ref // 4))  # superlinear
 
 
 def test_memory_binds_and_small_data_use_every_point():
@@ -50,6 +81,16 @@ def test_memory_binds_and_small_data_use_every_point():
     assert device_dictionary_cap(slow, 10_000, 6) == 1  # never below one point
 
 
+def test_fit_subset_follows_the_flop_rate():
+    s = device_fit_subset_size(GPU, 10**6)
+    assert FIT_EVALUATIONS * fit_flops(s) <= GPU.flop_rate * budget.FIT_SECONDS
+    assert FIT_EVALUATIONS * fit_flops(s + 1) > GPU.flop_rate * budget.FIT_SECONDS
+    assert s >= 5000  # a GPU fits on thousands of points
+    assert device_fit_subset_size(CPU, 10**6) == MIN_FIT_SUBSET_SIZE  # the floor
+    assert device_fit_subset_size(GPU, 700) == 700  # never more than n
+    assert device_fit_subset_size(CPU, 10**6, minimum=10) < MIN_FIT_SUBSET_SIZE
+
+
 @pytest.mark.parametrize(
     "kwargs, name",
     [
@@ -57,6 +98,7 @@ def test_memory_binds_and_small_data_use_every_point():
         ({"n": True}, "n"),
         ({"d": 0}, "d"),
         ({"time_budget": 0.0}, "time_budget"),
+        ({"time_budget": True}, "time_budget"),
         ({"memory_fraction": 1.5}, "memory_fraction"),
     ],
 )
@@ -66,6 +108,19 @@ def test_bad_arguments_name_themselves(kwargs, name):
         device_dictionary_cap(**args)
 
 
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"n": 0}, "n"),
+        ({"time_budget": -1.0}, "time_budget"),
+        ({"minimum": 0}, "minimum"),
+    ],
+)
+def test_bad_fit_subset_arguments_name_themselves(kwargs, name):
+    with pytest.raises((TypeError, ValueError), match=name):
+        device_fit_subset_size(**{"facts": CPU, "n": 100, **kwargs})
+
+
 def test_bad_facts_name_themselves():
     with pytest.raises(ValueError, match="flop_rate"):
         DeviceFacts(flop_rate=0.0, free_memory=1.0)
@@ -73,7 +128,86 @@ def test_bad_facts_name_themselves():
         DeviceFacts(flop_rate=1.0, free_memory=1.0, itemsize=True)
 
 
+def test_cpu_facts_are_modelled_and_follow_the_dtype():
+    f64 = device_facts("cpu", torch.float64)
+    f32 = device_facts("cpu", torch.float32)
+    assert f64.flop_rate == f32.flop_rate == CPU_FLOP_RATE  # the same every run
+    assert (f64.itemsize, f32.itemsize) == (8, 4) and f64.free_memory > 0
+
+
 def test_measured_cpu_facts_are_positive():
     facts = measure_device_facts("cpu", size=128)
     assert facts.flop_rate > 0 and facts.free_memory > 0 and facts.itemsize == 8
     assert device_dictionary_cap(facts, 1_000, 2) >= 1
+
+
+# ----------------------------------------------------------- the model honours it
+
+#: Fake facts: the cap of n = 300 points in 2 dimensions is a few tens.
+SLOW = DeviceFacts(flop_rate=3e6, free_memory=2**40)
+
+
+@pytest.fixture
+def slow_device(monkeypatch):
+    """Every device looks like ``SLOW`` (of the asked itemsize); records the asks."""
+    asked = []
+
+    def fake(device="cpu", dtype=torch.float64):
+        asked.append((torch.device(device), dtype))
+        size = torch.empty(0, dtype=dtype).element_size()
+        return DeviceFacts(SLOW.flop_rate, SLOW.free_memory, size)
+
+    monkeypatch.setattr(dictionary_policy, "device_facts", fake)
+    monkeypatch.setattr(nystrom_fit, "device_facts", fake)
+    return asked
+
+
+def data(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(n, 2, generator=g, dtype=torch.float64)
+    Y = torch.sin(6 * X).sum(-1, keepdim=True)
+    return X, Y + 0.01 * torch.randn(n, 1, generator=g, dtype=torch.float64)
+
+
+def cap_of(n, d=2, itemsize=8):
+    facts = DeviceFacts(SLOW.flop_rate, SLOW.free_memory, itemsize)
+    return device_dictionary_cap(facts, n, d)
+
+
+def test_device_cap_is_honoured_by_fit_resample_and_conditioning(slow_device):
+    X, Y = data(300)
+    assert 5 < cap_of(300) < 150 and cap_of(340) <= cap_of(300) + 5
+    model = NystromGP(X, Y, seed=0, exact_max_n=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+        report = model.dictionary_report
+        assert report["cap"] == cap_of(300)
+        assert report["size"] <= cap_of(300) and report["capped"]
+        assert report["residual"] is not None  # the criterion's value, reported
+        assert report["fit_subset_size"] == 300  # below the floor: every point
+        assert model.resample_dictionary().numel() <= cap_of(300)
+        Xn, Yn = data(40, seed=1)
+        new = model.condition_and_resample(Xn, Yn)
+        assert new.dictionary_size <= cap_of(340)
+        assert new.dictionary_report["cap"] == cap_of(340)
+    assert all(device == X.device for device, _ in slow_device)
+
+
+def test_device_cap_follows_the_dtype_of_the_data(slow_device):
+    X, Y = data(300)
+    policy = LeverageScorePolicy()
+    assert policy.cap_for(X) == cap_of(300)
+    assert slow_device[-1] == (X.device, torch.float64)
+    policy.cap_for(X.float())
+    assert slow_device[-1] == (X.device, torch.float32)
+    assert policy.cap(300, 8, 2, X.device) == cap_of(300)
+
+
+def test_explicit_budgets_override_the_device(slow_device):
+    X, Y = data(300)
+    model = NystromGP(X, Y, seed=0, exact_max_n=0, max_dictionary_size=200)
+    assert model.dictionary_report["cap"] == 200
+    model = NystromGP(X, Y, seed=0, fit_subset_size=100)
+    assert model.dictionary_report["fit_subset_size"] == 100
+    assert not slow_device or all(dt == torch.float64 for _, dt in slow_device)

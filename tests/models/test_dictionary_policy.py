@@ -9,6 +9,7 @@ import torch
 
 from botorch_sketch.models import NystromGP
 from botorch_sketch.models.dictionary_policy import (
+    DEFAULT_RESIDUAL_TOLERANCE,
     LeverageScorePolicy,
     ResidualTargetPolicy,
 )
@@ -55,9 +56,14 @@ def test_chosen_dictionary_meets_the_residual_criterion(tolerance):
     # The reported value is the criterion measured independently.
     assert report["residual"] == pytest.approx(residual_of(model), rel=1e-6)
     # The same start without growth misses it: the growth did the work.
-    plain = with_hyperparameters(
-        NystromGP(X, Y, q_bar=0.25, exact_max_n=0, max_dictionary_size=None, seed=0)
+    no_criterion = LeverageScorePolicy(
+        q_bar=0.25,
+        exact_max_n=0,
+        max_dictionary_size=None,
+        seed=0,
+        residual_tolerance=None,
     )
+    plain = with_hyperparameters(NystromGP(X, Y, dictionary_policy=no_criterion))
     assert residual_of(plain) > tolerance
     assert plain.dictionary_report["residual"] is None  # not measured
 
@@ -79,6 +85,28 @@ def test_accuracy_sized_posterior_is_close_to_the_exact_gp():
     scale = float(Y.std())
     assert float((p.mean - q.mean).abs().max()) < 0.05 * scale
     assert float((p.variance - q.variance).abs().max()) < 0.05 * float(q.variance.max())
+
+
+def test_default_model_meets_the_default_criterion_and_the_exact_gp():
+    # The default policy grows its dictionary (from q_bar = 2) until the mean
+    # Nystrom residual is within DEFAULT_RESIDUAL_TOLERANCE noise variances.
+    X, Y = data(n=600)
+    model = with_hyperparameters(NystromGP(X, Y, exact_max_n=0, seed=0))
+    report = model.dictionary_report
+    assert report["size"] < 600 and not report["capped"]
+    assert report["residual"] <= DEFAULT_RESIDUAL_TOLERANCE
+    assert report["residual"] == pytest.approx(residual_of(model), rel=1e-6)
+    exact = with_hyperparameters(NystromGP(X, Y, dictionary="all"))
+    Xt = torch.rand(50, 2, generator=torch.Generator().manual_seed(1), dtype=DT)
+    p, q = model.posterior(Xt), exact.posterior(Xt)
+    assert float((p.mean - q.mean).abs().max()) < 0.05 * float(Y.std())
+    assert float((p.variance - q.variance).abs().max()) < 0.1 * float(q.variance.max())
+
+
+def test_residual_target_policy_requires_a_tolerance():
+    with pytest.raises(ValueError, match="residual_tolerance"):
+        ResidualTargetPolicy(residual_tolerance=None)
+    assert LeverageScorePolicy(residual_tolerance=None).residual_tolerance is None
 
 
 def test_budget_bounds_the_growth():
