@@ -47,6 +47,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["get_next_batch", "new_adaptive_batch_trial"]
 
+#: What :func:`_remaining_in_node` returns for a node without a trial budget.
+_UNLIMITED = 1 << 30
+
 #: ``gen_metadata`` keys recording a one-arm trial's place in its batch.
 BATCH_ID_KEY = "adaptive_batch_id"
 BATCH_SIZE_KEY = "adaptive_batch_size"
@@ -241,6 +244,15 @@ def _generating_node(
     return strategy.nodes_by_name[name] if move else strategy._curr
 
 
+def generating_node_is_last(
+    strategy: GenerationStrategy, experiment: Experiment
+) -> bool:
+    r"""Whether the node that generates next has no ``MinTrials`` budget left to
+    fill (the strategy's open-ended node, e.g. BBKB after the Sobol start)."""
+    node = _generating_node(strategy, experiment)
+    return _remaining_in_node(node, experiment) == _UNLIMITED
+
+
 def _is_adaptive(node: GenerationNode) -> bool:
     r"""Whether ``node`` lets BBKB choose the batch size: it generates with
     ``AdaptiveBatchAcquisition`` or with the BBKB engine of a finite library."""
@@ -265,7 +277,7 @@ def _remaining_in_node(node: GenerationNode, experiment: Experiment) -> int:
         for criterion in node.transition_criteria
         if isinstance(criterion, MinTrials) and criterion.use_all_trials_in_exp
     ]
-    return max(1, min(left)) if left else 1 << 30
+    return max(1, min(left)) if left else _UNLIMITED
 
 
 def _entry_for_arm(value: object, position: int, k: int) -> object:
