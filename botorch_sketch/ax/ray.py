@@ -18,7 +18,8 @@ launches), keeps ``k`` trials in flight:
   once, chosen from the current posterior with the pending points' variance
   shrunk). :func:`run_trials` runs a :class:`LookaheadOrchestrator`: all free
   slots are filled from one call (one fit, then one acquisition optimisation
-  per trial, each hallucinating the ones before), and with ``lookahead = L > 0``
+  per trial, each hallucinating the ones before; with a BBKB strategy, one
+  batch of that many points), and with ``lookahead = L > 0``
   the call generates ``L`` trials more, kept in memory and handed to the next
   free slots without a fit. Queued trials come from the posterior of their
   generation call with the then running trials hallucinated (asynchronous
@@ -60,6 +61,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ax.adapter.adapter_utils import get_fixed_features_from_experiment
 from ax.api.client import Client
 from ax.api.protocols.metric import IMetric
 from ax.api.protocols.runner import IRunner
@@ -69,13 +71,13 @@ from ax.core.base_trial import BaseTrial
 from ax.core.generator_run import GeneratorRun
 from ax.core.trial_status import TrialStatus
 from ax.orchestration.orchestrator import Orchestrator
-from ax.orchestration.orchestrator_options import OrchestratorOptions
+from ax.orchestration.orchestrator_options import OrchestratorOptions, TrialType
 from ax.storage.json_store.registry import (
     CORE_DECODER_REGISTRY,
     CORE_ENCODER_REGISTRY,
 )
 
-from botorch_sketch.ax.trials import generating_node_is_last
+from botorch_sketch.ax.trials import gen_filled_batch, trials_left_in_generating_node
 
 __all__ = [
     "GenerationCall",
@@ -543,7 +545,11 @@ class LookaheadOrchestrator(Orchestrator):
     pre-generated one-arm generator runs when it holds any; otherwise by one
     ``GenerationStrategy.gen(num_trials=m + L)`` call (one model fit, then ``m +
     L`` acquisition optimisations, each hallucinating the ones before it), whose
-    first ``m`` runs become trials and the last ``L`` are queued. ``L`` is
+    first ``m`` runs become trials and the last ``L`` are queued. On a BBKB node
+    (``AdaptiveBatchAcquisition``) the call is one BBKB batch of ``m + L``
+    points (:func:`~botorch_sketch.ax.trials.gen_filled_batch`: the batch rule's
+    ``min_batch_size`` raised to ``m + L`` for the call, so the greedy steps
+    after the first reuse its restarts). ``L`` is
     ``lookahead`` on the strategy's last node, capped by the trials still to
     run, and 0 before (the Sobol initialisation generates exactly its budget).
     The queue is never stored (a reloaded experiment regenerates); it is dropped
@@ -601,7 +607,7 @@ class LookaheadOrchestrator(Orchestrator):
     ) -> list[list[GeneratorRun]]:
         r"""``num_trials`` one-arm runs: queued ones, else generated (``L`` more)."""
         wall, cpu = time.perf_counter(), time.process_time()
-        before = len(self.experiment.trials)
+        before, requested = len(self.experiment.trials), num_trials
         self._drop_stale_queue()
         if self._queue:
             take = min(num_trials, len(self._queue))
@@ -609,14 +615,16 @@ class LookaheadOrchestrator(Orchestrator):
             generated = 0
         else:
             extra = 0
-            if self.lookahead > 0 and generating_node_is_last(
+            in_node = trials_left_in_generating_node(
                 self.generation_strategy, self.experiment
-            ):
+            )
+            last = in_node is None
+            if not last:  # e.g. Sobol: exactly its budget, then the model
+                num_trials = min(num_trials, in_node)
+            elif self.lookahead > 0:
                 left = getattr(self, "_num_remaining_requested_trials", num_trials)
                 extra = max(0, min(self.lookahead, left - num_trials))
-            runs = super()._gen_new_trials_from_generation_strategy(
-                num_trials=num_trials + extra, n=n
-            )
+            runs = self._generate(num_trials + extra, n, last_node=last)
             generated = len(runs)
             for extra_runs in runs[num_trials:]:
                 self._queue.extend(extra_runs)
@@ -626,7 +634,7 @@ class LookaheadOrchestrator(Orchestrator):
                 self._queue_node = self.generation_strategy.current_node_name
         self.generation_calls.append(
             GenerationCall(
-                requested=num_trials,
+                requested=requested,
                 from_queue=0 if generated else len(runs),
                 generated=generated,
                 num_trials=before,
@@ -635,6 +643,28 @@ class LookaheadOrchestrator(Orchestrator):
             )
         )
         return runs
+
+    def _generate(
+        self, num_trials: int, n: int | None, last_node: bool
+    ) -> list[list[GeneratorRun]]:
+        r"""``num_trials`` one-arm runs from one generation call (one fit).
+
+        On a node with ``AdaptiveBatchAcquisition`` (single-arm trials): one BBKB
+        batch of ``num_trials`` points (:func:`gen_filled_batch`); otherwise
+        ``GenerationStrategy.gen(num_trials=...)``.
+        """
+        if last_node and self.options.trial_type == TrialType.TRIAL:
+            runs = gen_filled_batch(
+                self.generation_strategy,
+                self.experiment,
+                num_trials,
+                fixed_features=get_fixed_features_from_experiment(self.experiment),
+            )
+            if runs is not None:
+                return [[run] for run in runs]
+        return super()._gen_new_trials_from_generation_strategy(
+            num_trials=num_trials, n=n
+        )
 
     def _drop_stale_queue(self) -> None:
         if not self._queue:

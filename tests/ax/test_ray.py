@@ -281,8 +281,7 @@ def test_lookahead_queues_trials_without_overrunning_the_sobol_budget():
     arms = {tuple(sorted(t.arm.parameters.items())) for t in trials.values()}
     assert len(arms) == 14  # queued and running trials were hallucinated
     calls = orchestrator.generation_calls
-    assert sum(c.requested for c in calls) == 14
-    assert any(c.from_queue > 0 for c in calls)
+    assert sum(c.from_queue for c in calls) > 0
     # Fewer model calls than model trials: the queue served the rest.
     model_calls = [c for c in calls if c.generated > 0 and c.num_trials >= 4]
     assert len(model_calls) < 10
