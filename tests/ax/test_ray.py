@@ -24,6 +24,7 @@ from botorch_sketch.ax.ray import (
     parse_outcome,
     run_trials,
 )
+from botorch_sketch.ax.trials import gen_filled_batch, trials_left_in_generating_node
 
 ray = pytest.importorskip("ray")
 
@@ -323,3 +324,27 @@ def test_run_trials_rejects_bad_queue_arguments(kwargs, error):
     with pytest.raises(error, match=next(iter(kwargs))):
         run_trials(client, **args)
     assert len(client._experiment.trials) == 0
+
+
+def test_gen_filled_batch_gives_one_batch_of_n_and_restores_the_strategy():
+    client = make_client(initialization_budget=4)
+    rng = np.random.default_rng(0)
+    for _ in range(6):
+        x = rng.random(2)
+        index = client.attach_trial({"x1": float(x[0]), "x2": float(x[1])})
+        client.complete_trial(index, {"f": float(((x - 0.4) ** 2).sum())})
+    (running,) = client.get_next_trials(max_trials=1)  # pending: hallucinated
+    strategy, experiment = client._generation_strategy, client._experiment
+    assert trials_left_in_generating_node(strategy, experiment) is None
+    spec = strategy._curr.generator_specs[0]
+    options = dict(spec.generator_kwargs["acquisition_options"])
+
+    runs = gen_filled_batch(strategy, experiment, n=5)
+
+    assert len(runs) == 5 and all(len(run.arms) == 1 for run in runs)
+    points = {run.arms[0].signature for run in runs}
+    points.add(experiment.trials[running].arm.signature)
+    assert len(points) == 6  # distinct, and none repeats the pending trial
+    assert len(experiment.trials) == 7  # nothing added
+    assert spec.generator_kwargs["acquisition_options"] == options
+    assert options["min_batch_size"] == 1
