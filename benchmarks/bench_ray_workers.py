@@ -139,7 +139,7 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
     evaluate = make_evaluate(problem, args.mean, args.sigma, seed)
     configure_ray(client, evaluate, num_workers=k)
     load = os.getloadavg()[0]
-    t0 = time.time()
+    t0, cpu0 = time.time(), time.process_time()
     calls = []
     if method == "bbkb sync":
         for _ in range(math.ceil(args.trials / k)):
@@ -152,6 +152,7 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
             client, max_trials=args.trials, parallelism=k, lookahead=lookahead
         )
         calls = orchestrator.generation_calls
+    cpu = time.process_time() - cpu0
     trials = [
         t
         for t in client._experiment.trials.values()
@@ -186,6 +187,8 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
         "late call CPU [s]": float(np.mean([c.cpu for c in late])),
         "max call wall [s]": max(c.wall for c in calls),
         "CPU per trial [s]": sum(c.cpu for c in calls) / generated,
+        "gen wall share": sum(c.wall for c in calls) / wall,
+        "loop CPU [s]": cpu,
         "best value": float(best[-1]),
         "simple regret": float(best[-1]) - optimum,
         "load": load,
@@ -278,6 +281,7 @@ def main() -> None:
     columns = ["problem", "method", "k", "seed", "trials", "wall [s]"]
     columns += ["utilisation", "in flight", "gen calls", "late call wall [s]"]
     columns += ["late call CPU [s]", "max call wall [s]", "CPU per trial [s]"]
+    columns += ["gen wall share", "loop CPU [s]"]
     columns += ["best value", "simple regret", "load"]
     median = math.exp(math.log(args.mean) - args.sigma**2 / 2)
     intro = (
@@ -291,6 +295,8 @@ def main() -> None:
         "the longest request (a free worker waits at most that for work; the "
         f"evaluations' median is {median:.2g}"
         " s); *CPU per trial*: generation CPU seconds per generated trial; "
+        "*gen wall share*: the requests' total wall time / wall; *loop CPU*: CPU "
+        "seconds of the whole Orchestrator loop (generation included); "
         "*load*: the 1-minute load average when the run started (2 cores, "
         "shared with other jobs)."
     )
