@@ -11,6 +11,10 @@ ways:
   cannot attach data to a ``BatchTrial``), completed with the usual
   ``client.complete_trial``.
 
+:func:`gen_filled_batch` is the Orchestrator's variant (``botorch_sketch.ax.ray``):
+one batch of exactly ``n`` points, for ``n`` free workers, returned as one-arm
+generator runs without touching the experiment.
+
 Ax's generation strategy expects each generator run to become exactly one trial
 (``GenerationStrategy.gen_single_trial``). :func:`get_next_batch` therefore does
 not split the strategy's run: it keeps that ``k``-arm run out of the experiment
