@@ -11,7 +11,9 @@ the same runner and ``k`` workers:
 - ``bbkb async``: the same strategy under ``run_trials``
   (``LookaheadOrchestrator``): all free slots filled from one generation call;
 - ``bbkb lookahead``: as ``bbkb async`` with ``lookahead=--lookahead`` trials
-  (default ``k``) generated ahead and queued for the next free slots;
+  (default ``k``) generated ahead and queued for the next free slots, refilled
+  while every worker is busy; ``bbkb lookahead, not ahead``: refilled only when
+  a slot frees and the queue is empty;
 - ``ax default async``: the same loop with Ax's default strategy (Sobol, then
   BoTorch's GP with qLogNEI; Ax caps its parallelism itself);
 - ``bbkb sync``: ``bbkb`` in synchronous batches of ``k`` (each batch waits for
@@ -70,6 +72,7 @@ METHODS = (
     "bbkb per-slot",
     "bbkb async",
     "bbkb lookahead",
+    "bbkb lookahead, not ahead",
     "ax default async",
     "bbkb sync",
 )
@@ -147,10 +150,15 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
     elif method == "bbkb per-slot":
         calls = per_slot(client, args.trials, k)
     else:
-        lookahead = (args.lookahead or k) if method == "bbkb lookahead" else 0
-        orchestrator = run_trials(
-            client, max_trials=args.trials, parallelism=k, lookahead=lookahead
+        lookahead = (args.lookahead or k) if "lookahead" in method else 0
+        orchestrator = LookaheadOrchestrator(
+            experiment=client._experiment,
+            generation_strategy=client._generation_strategy_or_choose(),
+            options=orchestrator_options(k, batches=True),
+            lookahead=lookahead,
+            generate_ahead="not ahead" not in method,
         )
+        orchestrator.run_n_trials(max_trials=args.trials)
         calls = orchestrator.generation_calls
     cpu = time.process_time() - cpu0
     trials = [
@@ -202,17 +210,22 @@ def per_slot(client: Client, trials: int, k: int) -> list:
     orchestrator = LookaheadOrchestrator(
         experiment=client._experiment,
         generation_strategy=client._generation_strategy_or_choose(),
-        options=OrchestratorOptions(
-            max_pending_trials=k,
-            init_seconds_between_polls=0,
-            min_seconds_before_poll=0.0,
-            seconds_between_polls_backoff_factor=1.0,
-            run_trials_in_batches=False,
-            logging_level=logging.WARNING,
-        ),
+        options=orchestrator_options(k, batches=False),
     )
     orchestrator.run_n_trials(max_trials=trials)
     return orchestrator.generation_calls
+
+
+def orchestrator_options(k: int, batches: bool) -> OrchestratorOptions:
+    """``run_trials``'s options (``batches=False``: one trial per request)."""
+    return OrchestratorOptions(
+        max_pending_trials=k,
+        init_seconds_between_polls=0,
+        min_seconds_before_poll=0.0,
+        seconds_between_polls_backoff_factor=1.0,
+        run_trials_in_batches=batches,
+        logging_level=logging.WARNING,
+    )
 
 
 def main() -> None:

@@ -70,6 +70,7 @@ from ax.api.utils.storage import db_settings_from_storage_config
 from ax.core.base_trial import BaseTrial
 from ax.core.generator_run import GeneratorRun
 from ax.core.trial_status import TrialStatus
+from ax.exceptions.core import AxError
 from ax.orchestration.orchestrator import Orchestrator
 from ax.orchestration.orchestrator_options import OrchestratorOptions, TrialType
 from ax.storage.json_store.registry import (
@@ -552,7 +553,9 @@ class LookaheadOrchestrator(Orchestrator):
     after the first reuse its restarts). ``L`` is
     ``lookahead`` on the strategy's last node, capped by the trials still to
     run, and 0 before (the Sobol initialisation generates exactly its budget).
-    The queue is never stored (a reloaded experiment regenerates); it is dropped
+    While every worker is busy and the queue is empty, ``L`` runs are generated
+    ahead (in the time the Orchestrator would otherwise wait for a worker). The
+    queue is never stored (a reloaded experiment regenerates); it is dropped
     once ``max_queue_age`` trials completed after it was generated, or when the
     strategy moves to another node.
 
@@ -563,6 +566,7 @@ class LookaheadOrchestrator(Orchestrator):
         lookahead: Trials generated ahead per generation call (``L >= 0``).
         max_queue_age: Completed trials after which queued runs are dropped
             (``>= 1``); ``None``: ``options.max_pending_trials``.
+        generate_ahead: Refill an empty queue while every worker is busy.
 
     Attributes:
         generation_calls: One :class:`GenerationCall` per request, in order.
@@ -576,6 +580,7 @@ class LookaheadOrchestrator(Orchestrator):
         db_settings: Any = None,
         lookahead: int = 0,
         max_queue_age: int | None = None,
+        generate_ahead: bool = True,
     ) -> None:
         _check_count("lookahead", lookahead, minimum=0)
         if max_queue_age is not None:
@@ -587,6 +592,7 @@ class LookaheadOrchestrator(Orchestrator):
             db_settings=db_settings,
         )
         self.lookahead = int(lookahead)
+        self.generate_ahead = bool(generate_ahead)
         self.max_queue_age = (
             int(max_queue_age)
             if max_queue_age is not None
@@ -643,6 +649,53 @@ class LookaheadOrchestrator(Orchestrator):
             )
         )
         return runs
+
+    def poll_and_process_results(self, poll_all_trial_statuses: bool = False) -> bool:
+        r"""Refill an empty queue while every worker is busy, then poll.
+
+        With ``lookahead > 0`` on the strategy's last node, when no slot is free
+        and the queue is empty, ``L`` runs are generated now (the running trials
+        hallucinated), so that the next worker to finish is served at once.
+        """
+        self._generate_ahead()
+        return super().poll_and_process_results(
+            poll_all_trial_statuses=poll_all_trial_statuses
+        )
+
+    def _generate_ahead(self) -> None:
+        left = getattr(self, "_num_remaining_requested_trials", 0)
+        busy = len(self.pending_trials) >= self._get_max_pending_trials()
+        idle = self.lookahead == 0 or not self.generate_ahead
+        if idle or self._queue or left < 1 or not busy:
+            return
+        if self.candidate_trials:
+            return
+        if (
+            trials_left_in_generating_node(self.generation_strategy, self.experiment)
+            is not None
+        ):
+            return
+        wall, cpu = time.perf_counter(), time.process_time()
+        before = len(self.experiment.trials)
+        try:
+            runs = self._generate(min(self.lookahead, left), None, last_node=True)
+        except AxError as err:  # e.g. more data required: the next request tells
+            logger.debug("No runs generated ahead: %s", err)
+            return
+        for run_list in runs:
+            self._queue.extend(run_list)
+        self._queue_completed_at = self._num_completed()
+        self._queue_node = self.generation_strategy.current_node_name
+        self.generation_calls.append(
+            GenerationCall(
+                requested=0,
+                from_queue=0,
+                generated=len(runs),
+                num_trials=before,
+                wall=time.perf_counter() - wall,
+                cpu=time.process_time() - cpu,
+            )
+        )
 
     def _generate(
         self, num_trials: int, n: int | None, last_node: bool

@@ -290,14 +290,16 @@ def test_lookahead_queues_trials_without_overrunning_the_sobol_budget():
 
 
 def test_lookahead_run_is_reproducible_and_saves_and_loads(tmp_path):
-    def run() -> list[dict]:
+    def run() -> tuple[Client, list]:
         client = make_client(initialization_budget=3)
         configure_ray(client, make_evaluate(), num_workers=1)
         # One worker: the order of events, hence every draw, is fixed.
-        run_trials(client, max_trials=8, parallelism=1, lookahead=2)
-        return client
+        orchestrator = run_trials(client, max_trials=8, parallelism=1, lookahead=2)
+        return client, orchestrator.generation_calls
 
-    first, second = run(), run()
+    (first, calls), (second, _) = run(), run()
+    # Generated ahead while the worker was busy (no request pending).
+    assert any(c.requested == 0 and c.generated > 0 for c in calls)
     params = [t.arm.parameters for t in first._experiment.trials.values()]
     assert params == [t.arm.parameters for t in second._experiment.trials.values()]
     path = tmp_path / "experiment.json"
