@@ -553,11 +553,11 @@ class LookaheadOrchestrator(Orchestrator):
     after the first reuse its restarts). ``L`` is
     ``lookahead`` on the strategy's last node, capped by the trials still to
     run, and 0 before (the Sobol initialisation generates exactly its budget).
-    While every worker is busy and the queue is empty, ``L`` runs are generated
-    ahead (in the time the Orchestrator would otherwise wait for a worker). The
-    queue is never stored (a reloaded experiment regenerates); it is dropped
-    once ``max_queue_age`` trials completed after it was generated, or when the
-    strategy moves to another node.
+    With ``generate_ahead``, while every worker is busy and the queue is empty,
+    ``L`` runs are generated ahead (in the time the Orchestrator would otherwise
+    wait for a worker). The queue is never stored (a reloaded experiment
+    regenerates); it is dropped once ``max_queue_age`` trials completed after it
+    was generated, or when the strategy moves to another node.
 
     Args:
         experiment, generation_strategy, options, db_settings: As
@@ -580,7 +580,7 @@ class LookaheadOrchestrator(Orchestrator):
         db_settings: Any = None,
         lookahead: int = 0,
         max_queue_age: int | None = None,
-        generate_ahead: bool = True,
+        generate_ahead: bool = False,
     ) -> None:
         _check_count("lookahead", lookahead, minimum=0)
         if max_queue_age is not None:
@@ -653,9 +653,10 @@ class LookaheadOrchestrator(Orchestrator):
     def poll_and_process_results(self, poll_all_trial_statuses: bool = False) -> bool:
         r"""Refill an empty queue while every worker is busy, then poll.
 
-        With ``lookahead > 0`` on the strategy's last node, when no slot is free
-        and the queue is empty, ``L`` runs are generated now (the running trials
-        hallucinated), so that the next worker to finish is served at once.
+        With ``generate_ahead`` and ``lookahead > 0`` on the strategy's last node,
+        when no slot is free and the queue is empty, ``L`` runs are generated now
+        (the running trials hallucinated), so that the next worker to finish is
+        served at once.
         """
         self._generate_ahead()
         return super().poll_and_process_results(
@@ -751,6 +752,7 @@ def run_trials(
     logging_level: int = logging.INFO,
     lookahead: int = 0,
     max_queue_age: int | None = None,
+    generate_ahead: bool = False,
 ) -> LookaheadOrchestrator:
     r"""``client.run_trials`` without its pauses, filling free slots in one call.
 
@@ -771,6 +773,7 @@ def run_trials(
             next free slots (:class:`LookaheadOrchestrator`); 0: none.
         max_queue_age: Completed trials after which queued ones are dropped;
             ``None``: ``parallelism``.
+        generate_ahead: Refill an empty queue while every worker is busy.
 
     Returns:
         The orchestrator (its ``generation_calls`` time every request).
@@ -798,6 +801,7 @@ def run_trials(
         db_settings=db_settings_from_storage_config(storage) if storage else None,
         lookahead=lookahead,
         max_queue_age=max_queue_age,
+        generate_ahead=generate_ahead,
     )
     orchestrator.run_n_trials(max_trials=max_trials)
     return orchestrator

@@ -294,7 +294,9 @@ def test_lookahead_run_is_reproducible_and_saves_and_loads(tmp_path):
         client = make_client(initialization_budget=3)
         configure_ray(client, make_evaluate(), num_workers=1)
         # One worker: the order of events, hence every draw, is fixed.
-        orchestrator = run_trials(client, max_trials=8, parallelism=1, lookahead=2)
+        orchestrator = run_trials(
+            client, max_trials=8, parallelism=1, lookahead=2, generate_ahead=True
+        )
         return client, orchestrator.generation_calls
 
     (first, calls), (second, _) = run(), run()
