@@ -5,9 +5,15 @@ test function and sleeps a log-normal time (mean ``--mean`` s, log-sd
 ``--sigma``: a heavy tail), so the workers need no real cores. Methods, all under
 the same runner and ``k`` workers:
 
-- ``bbkb async``: ``get_generation_strategy("bbkb")``, the Orchestrator refilling
-  each free worker at once (one single-arm trial per free slot, running trials
-  hallucinated as pending points);
+- ``bbkb per-slot``: ``get_generation_strategy("bbkb")`` under Ax's Orchestrator
+  asking for one single-arm trial per free slot (one fit per trial; running
+  trials hallucinated as pending points), without its one-second pauses;
+- ``bbkb async``: the same strategy under ``run_trials``
+  (``LookaheadOrchestrator``): all free slots filled from one generation call;
+- ``bbkb lookahead``: as ``bbkb async`` with ``lookahead=--lookahead`` trials
+  (default ``k``) generated ahead and queued for the next free slots, refilled
+  while every worker is busy; ``bbkb lookahead, not ahead``: refilled only when
+  a slot frees and the queue is empty;
 - ``ax default async``: the same loop with Ax's default strategy (Sobol, then
   BoTorch's GP with qLogNEI; Ax caps its parallelism itself);
 - ``bbkb sync``: ``bbkb`` in synchronous batches of ``k`` (each batch waits for
@@ -15,7 +21,10 @@ the same runner and ``k`` workers:
 
 Recorded per run: wall time, worker utilisation ``sum(busy) / (k * wall)`` (busy:
 worker-side evaluation time; wall: first submission to last finish), mean trials
-in flight, and the best value found vs wall-clock time.
+in flight, the best value found vs wall-clock time, and the generation calls:
+their number, wall and CPU seconds per call over the last 10 % of the run
+(the cost per call at ``N`` trials), the longest call (the longest a free
+worker waits for generation) and CPU seconds per generated trial.
 
 Writes ``benchmarks/results/ray_workers{tag}.{csv,md,png}`` and the best-value
 traces to ``ray_workers{tag}_traces.csv``.
@@ -41,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 import ray  # noqa: E402
 from ax import Client, RangeParameterConfig  # noqa: E402
+from ax.orchestration.orchestrator_options import OrchestratorOptions  # noqa: E402
 from harness import (  # noqa: E402
     RESULTS,
     figure,
@@ -54,10 +64,18 @@ from botorch_sketch.ax.ray import (  # noqa: E402
     FINISHED_KEY,
     STARTED_KEY,
     SUBMITTED_KEY,
+    LookaheadOrchestrator,
     run_trials,
 )
 
-METHODS = ("bbkb async", "ax default async", "bbkb sync")
+METHODS = (
+    "bbkb per-slot",
+    "bbkb async",
+    "bbkb lookahead",
+    "bbkb lookahead, not ahead",
+    "ax default async",
+    "bbkb sync",
+)
 #: name -> (dimension, optimum); minimised, inputs in the unit cube.
 PROBLEMS = {"hartmann6": (6, -3.32237), "branin": (2, 0.397887)}
 
@@ -124,12 +142,25 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
     evaluate = make_evaluate(problem, args.mean, args.sigma, seed)
     configure_ray(client, evaluate, num_workers=k)
     load = os.getloadavg()[0]
-    t0 = time.time()
+    t0, cpu0 = time.time(), time.process_time()
+    calls = []
     if method == "bbkb sync":
         for _ in range(math.ceil(args.trials / k)):
-            run_trials(client, max_trials=k, parallelism=k)
+            calls += run_trials(client, max_trials=k, parallelism=k).generation_calls
+    elif method == "bbkb per-slot":
+        calls = per_slot(client, args.trials, k)
     else:
-        run_trials(client, max_trials=args.trials, parallelism=k)
+        lookahead = (args.lookahead or k) if "lookahead" in method else 0
+        orchestrator = LookaheadOrchestrator(
+            experiment=client._experiment,
+            generation_strategy=client._generation_strategy_or_choose(),
+            options=orchestrator_options(k, batches=True),
+            lookahead=lookahead,
+            generate_ahead="not ahead" not in method,
+        )
+        orchestrator.run_n_trials(max_trials=args.trials)
+        calls = orchestrator.generation_calls
+    cpu = time.process_time() - cpu0
     trials = [
         t
         for t in client._experiment.trials.values()
@@ -148,6 +179,8 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
     order = sorted(trials, key=lambda t: t.run_metadata[FINISHED_KEY])
     times = [t.run_metadata[FINISHED_KEY] - t0 for t in order]
     best = np.minimum.accumulate([float(df[t.index]) for t in order])
+    late = [c for c in calls if c.num_trials >= 0.9 * args.trials] or calls
+    generated = sum(c.generated for c in calls) or 1
     return {
         "problem": problem,
         "method": method,
@@ -157,12 +190,42 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
         "wall [s]": wall,
         "utilisation": busy / (k * wall),
         "in flight": span / wall,
+        "gen calls": len(calls),
+        "late call wall [s]": float(np.mean([c.wall for c in late])),
+        "late call CPU [s]": float(np.mean([c.cpu for c in late])),
+        "max call wall [s]": max(c.wall for c in calls),
+        "CPU per trial [s]": sum(c.cpu for c in calls) / generated,
+        "gen wall share": sum(c.wall for c in calls) / wall,
+        "loop CPU [s]": cpu,
         "best value": float(best[-1]),
         "simple regret": float(best[-1]) - optimum,
         "load": load,
         "times": times,
         "best": best.tolist(),
     }
+
+
+def per_slot(client: Client, trials: int, k: int) -> list:
+    """Ax's one-trial-per-free-slot requests (no batching, no queue), timed."""
+    orchestrator = LookaheadOrchestrator(
+        experiment=client._experiment,
+        generation_strategy=client._generation_strategy_or_choose(),
+        options=orchestrator_options(k, batches=False),
+    )
+    orchestrator.run_n_trials(max_trials=trials)
+    return orchestrator.generation_calls
+
+
+def orchestrator_options(k: int, batches: bool) -> OrchestratorOptions:
+    """``run_trials``'s options (``batches=False``: one trial per request)."""
+    return OrchestratorOptions(
+        max_pending_trials=k,
+        init_seconds_between_polls=0,
+        min_seconds_before_poll=0.0,
+        seconds_between_polls_backoff_factor=1.0,
+        run_trials_in_batches=batches,
+        logging_level=logging.WARNING,
+    )
 
 
 def main() -> None:
@@ -174,6 +237,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS))
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--lookahead", type=int, default=0, help="0: k")
     parser.add_argument("--tag", default="")
     args = parser.parse_args()
     logging.getLogger("ax").setLevel(logging.WARNING)
@@ -189,6 +253,10 @@ def main() -> None:
                 print(
                     f"{problem} {method} seed {seed}: wall {row['wall [s]']:.1f} s, "
                     f"utilisation {row['utilisation']:.2f}, "
+                    f"calls {row['gen calls']}, late call "
+                    f"{row['late call wall [s]']:.2f} s / "
+                    f"{row['late call CPU [s]']:.2f} CPU s, max call "
+                    f"{row['max call wall [s]']:.2f} s, "
                     f"best {row['best value']:.4g}, load {row['load']:.1f}",
                     flush=True,
                 )
@@ -224,14 +292,26 @@ def main() -> None:
     fig.savefig(RESULTS / f"{name}.png", dpi=110)
 
     columns = ["problem", "method", "k", "seed", "trials", "wall [s]"]
-    columns += ["utilisation", "in flight", "best value", "simple regret", "load"]
+    columns += ["utilisation", "in flight", "gen calls", "late call wall [s]"]
+    columns += ["late call CPU [s]", "max call wall [s]", "CPU per trial [s]"]
+    columns += ["gen wall share", "loop CPU [s]"]
+    columns += ["best value", "simple regret", "load"]
+    median = math.exp(math.log(args.mean) - args.sigma**2 / 2)
     intro = (
         f"k = {args.k} Ray workers on this machine (local Ray, sleeping tasks), "
         f"{args.trials} trials per run; evaluation time log-normal with mean "
         f"{args.mean} s and log-sd {args.sigma}. *utilisation*: worker-side busy "
         "time / (k x wall), wall from the first submission to the last finish; "
-        "*in flight*: mean number of submitted, unfinished trials; *load*: the "
-        "1-minute load average when the run started (the machine is shared)."
+        "*in flight*: mean number of submitted, unfinished trials; *gen calls*: "
+        "the Orchestrator's requests for trials; *late call*: mean wall / CPU "
+        "seconds of a request over the last 10 % of the trials; *max call wall*: "
+        "the longest request (a free worker waits at most that for work; the "
+        f"evaluations' median is {median:.2g}"
+        " s); *CPU per trial*: generation CPU seconds per generated trial; "
+        "*gen wall share*: the requests' total wall time / wall; *loop CPU*: CPU "
+        "seconds of the whole Orchestrator loop (generation included); "
+        "*load*: the 1-minute load average when the run started (2 cores, "
+        "shared with other jobs)."
     )
     write_report(
         RESULTS / f"{name}.md",

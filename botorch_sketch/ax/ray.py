@@ -11,11 +11,21 @@ launches), keeps ``k`` trials in flight:
   mean, noise unknown) or a pair ``(mean, sem)``; every configured metric must be
   present, and means must be finite and SEMs finite and non-negative (or ``None``
   for unknown).
-- The Orchestrator asks the generation strategy for one single-arm trial per free
-  slot (``gen(num_trials=1, n=1)``), with the running trials as pending points; the
-  package's strategies hallucinate those (asynchronous BBKB: a worker that
-  finishes gets new work at once, chosen from the current posterior with the
-  pending points' variance shrunk).
+- Ax's Orchestrator (``client.run_trials``) asks the generation strategy for one
+  single-arm trial per free slot (``gen(num_trials=1, n=1)``: one model fit per
+  trial), with the running trials as pending points; the package's strategies
+  hallucinate those (asynchronous BBKB: a worker that finishes gets new work at
+  once, chosen from the current posterior with the pending points' variance
+  shrunk). :func:`run_trials` runs a :class:`LookaheadOrchestrator`: all free
+  slots are filled from one call (one fit, then one acquisition optimisation
+  per trial, each hallucinating the ones before; with a BBKB strategy, one
+  batch of that many points), and with ``lookahead = L > 0``
+  the call generates ``L`` trials more, kept in memory and handed to the next
+  free slots without a fit. Queued trials come from the posterior of their
+  generation call with the then running trials hallucinated (asynchronous
+  BBKB's batch-start posterior); the queue is dropped when ``max_queue_age``
+  trials have completed since it was generated, or when the strategy has not
+  reached its last node (the Sobol initialisation is never over-generated).
 - A trial ends FAILED, with the reason in its run metadata under ``"error"`` and as
   its failure reason, when ``evaluate`` raises, when its worker process dies
   (Ray's ``WorkerCrashedError``; tasks run with ``max_retries=0`` so a crashed
@@ -46,25 +56,33 @@ import logging
 import math
 import numbers
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ax.adapter.adapter_utils import get_fixed_features_from_experiment
 from ax.api.client import Client
 from ax.api.protocols.metric import IMetric
 from ax.api.protocols.runner import IRunner
 from ax.api.types import TParameterization
 from ax.api.utils.storage import db_settings_from_storage_config
 from ax.core.base_trial import BaseTrial
+from ax.core.generator_run import GeneratorRun
 from ax.core.trial_status import TrialStatus
+from ax.exceptions.core import AxError
 from ax.orchestration.orchestrator import Orchestrator
-from ax.orchestration.orchestrator_options import OrchestratorOptions
+from ax.orchestration.orchestrator_options import OrchestratorOptions, TrialType
 from ax.storage.json_store.registry import (
     CORE_DECODER_REGISTRY,
     CORE_ENCODER_REGISTRY,
 )
 
+from botorch_sketch.ax.trials import gen_filled_batch, trials_left_in_generating_node
+
 __all__ = [
+    "GenerationCall",
+    "LookaheadOrchestrator",
     "RayMetric",
     "RayRunner",
     "configure_ray",
@@ -498,20 +516,252 @@ def configure_ray(
     return runner
 
 
+@dataclass(frozen=True)
+class GenerationCall:
+    r"""One request of the Orchestrator for new trials, as served.
+
+    Attributes:
+        requested: Trials the Orchestrator asked for (its free slots).
+        from_queue: Of those, trials taken from the lookahead queue.
+        generated: Trials the generation strategy produced in this call (the
+            rest of ``requested`` plus the lookahead; 0 when served from the
+            queue).
+        num_trials: Trials in the experiment before the call.
+        wall: Seconds the call took (wall-clock).
+        cpu: CPU seconds of this process during the call.
+    """
+
+    requested: int
+    from_queue: int
+    generated: int
+    num_trials: int
+    wall: float
+    cpu: float
+
+
+class LookaheadOrchestrator(Orchestrator):
+    r"""Ax's Orchestrator with generation amortised over the free worker slots.
+
+    Every request for ``m`` trials (the free slots) is answered from a queue of
+    pre-generated one-arm generator runs when it holds any; otherwise by one
+    ``GenerationStrategy.gen(num_trials=m + L)`` call (one model fit, then ``m +
+    L`` acquisition optimisations, each hallucinating the ones before it), whose
+    first ``m`` runs become trials and the last ``L`` are queued. On a BBKB node
+    (``AdaptiveBatchAcquisition``) the call is one BBKB batch of ``m + L``
+    points (:func:`~botorch_sketch.ax.trials.gen_filled_batch`: the batch rule's
+    ``min_batch_size`` raised to ``m + L`` for the call, so the greedy steps
+    after the first reuse its restarts). ``L`` is
+    ``lookahead`` on the strategy's last node, capped by the trials still to
+    run, and 0 before (the Sobol initialisation generates exactly its budget).
+    With ``generate_ahead``, while every worker is busy and the queue is empty,
+    ``L`` runs are generated ahead (in the time the Orchestrator would otherwise
+    wait for a worker). The queue is never stored (a reloaded experiment
+    regenerates); it is dropped once ``max_queue_age`` trials completed after it
+    was generated, or when the strategy moves to another node.
+
+    Args:
+        experiment, generation_strategy, options, db_settings: As
+            ``Orchestrator``; use ``options.run_trials_in_batches=True`` so that
+            all free slots are asked for at once.
+        lookahead: Trials generated ahead per generation call (``L >= 0``).
+        max_queue_age: Completed trials after which queued runs are dropped
+            (``>= 1``); ``None``: ``options.max_pending_trials``.
+        generate_ahead: Refill an empty queue while every worker is busy.
+
+    Attributes:
+        generation_calls: One :class:`GenerationCall` per request, in order.
+    """
+
+    def __init__(
+        self,
+        experiment: Any,
+        generation_strategy: Any,
+        options: OrchestratorOptions,
+        db_settings: Any = None,
+        lookahead: int = 0,
+        max_queue_age: int | None = None,
+        generate_ahead: bool = False,
+    ) -> None:
+        _check_count("lookahead", lookahead, minimum=0)
+        if max_queue_age is not None:
+            _check_count("max_queue_age", max_queue_age, minimum=1)
+        super().__init__(
+            experiment=experiment,
+            generation_strategy=generation_strategy,
+            options=options,
+            db_settings=db_settings,
+        )
+        self.lookahead = int(lookahead)
+        self.generate_ahead = bool(generate_ahead)
+        self.max_queue_age = (
+            int(max_queue_age)
+            if max_queue_age is not None
+            else int(options.max_pending_trials)
+        )
+        self.generation_calls: list[GenerationCall] = []
+        self._queue: deque[GeneratorRun] = deque()
+        self._queue_completed_at = 0
+        self._queue_node: str | None = None
+
+    @property
+    def queued(self) -> int:
+        r"""Pre-generated runs waiting for a free slot."""
+        return len(self._queue)
+
+    def _gen_new_trials_from_generation_strategy(
+        self, num_trials: int, n: int | None = None
+    ) -> list[list[GeneratorRun]]:
+        r"""``num_trials`` one-arm runs: queued ones, else generated (``L`` more)."""
+        wall, cpu = time.perf_counter(), time.process_time()
+        before, requested = len(self.experiment.trials), num_trials
+        self._drop_stale_queue()
+        if self._queue:
+            take = min(num_trials, len(self._queue))
+            runs = [[self._queue.popleft()] for _ in range(take)]
+            generated = 0
+        else:
+            extra = 0
+            in_node = trials_left_in_generating_node(
+                self.generation_strategy, self.experiment
+            )
+            last = in_node is None
+            if not last:  # e.g. Sobol: exactly its budget, then the model
+                num_trials = min(num_trials, in_node)
+            elif self.lookahead > 0:
+                left = getattr(self, "_num_remaining_requested_trials", num_trials)
+                extra = max(0, min(self.lookahead, left - num_trials))
+            runs = self._generate(num_trials + extra, n, last_node=last)
+            generated = len(runs)
+            for extra_runs in runs[num_trials:]:
+                self._queue.extend(extra_runs)
+            runs = runs[:num_trials]
+            if self._queue:
+                self._queue_completed_at = self._num_completed()
+                self._queue_node = self.generation_strategy.current_node_name
+        self.generation_calls.append(
+            GenerationCall(
+                requested=requested,
+                from_queue=0 if generated else len(runs),
+                generated=generated,
+                num_trials=before,
+                wall=time.perf_counter() - wall,
+                cpu=time.process_time() - cpu,
+            )
+        )
+        return runs
+
+    def poll_and_process_results(self, poll_all_trial_statuses: bool = False) -> bool:
+        r"""Refill an empty queue while every worker is busy, then poll.
+
+        With ``generate_ahead`` and ``lookahead > 0`` on the strategy's last node,
+        when no slot is free and the queue is empty, ``L`` runs are generated now
+        (the running trials hallucinated), so that the next worker to finish is
+        served at once.
+        """
+        self._generate_ahead()
+        return super().poll_and_process_results(
+            poll_all_trial_statuses=poll_all_trial_statuses
+        )
+
+    def _generate_ahead(self) -> None:
+        left = getattr(self, "_num_remaining_requested_trials", 0)
+        busy = len(self.pending_trials) >= self._get_max_pending_trials()
+        idle = self.lookahead == 0 or not self.generate_ahead
+        if idle or self._queue or left < 1 or not busy:
+            return
+        if self.candidate_trials:
+            return
+        if (
+            trials_left_in_generating_node(self.generation_strategy, self.experiment)
+            is not None
+        ):
+            return
+        wall, cpu = time.perf_counter(), time.process_time()
+        before = len(self.experiment.trials)
+        try:
+            runs = self._generate(min(self.lookahead, left), None, last_node=True)
+        except AxError as err:  # e.g. more data required: the next request tells
+            logger.debug("No runs generated ahead: %s", err)
+            return
+        for run_list in runs:
+            self._queue.extend(run_list)
+        self._queue_completed_at = self._num_completed()
+        self._queue_node = self.generation_strategy.current_node_name
+        self.generation_calls.append(
+            GenerationCall(
+                requested=0,
+                from_queue=0,
+                generated=len(runs),
+                num_trials=before,
+                wall=time.perf_counter() - wall,
+                cpu=time.process_time() - cpu,
+            )
+        )
+
+    def _generate(
+        self, num_trials: int, n: int | None, last_node: bool
+    ) -> list[list[GeneratorRun]]:
+        r"""``num_trials`` one-arm runs from one generation call (one fit).
+
+        On a node with ``AdaptiveBatchAcquisition`` (single-arm trials): one BBKB
+        batch of ``num_trials`` points (:func:`gen_filled_batch`); otherwise
+        ``GenerationStrategy.gen(num_trials=...)``.
+        """
+        if last_node and self.options.trial_type == TrialType.TRIAL:
+            runs = gen_filled_batch(
+                self.generation_strategy,
+                self.experiment,
+                num_trials,
+                fixed_features=get_fixed_features_from_experiment(self.experiment),
+            )
+            if runs is not None:
+                return [[run] for run in runs]
+        return super()._gen_new_trials_from_generation_strategy(
+            num_trials=num_trials, n=n
+        )
+
+    def _drop_stale_queue(self) -> None:
+        if not self._queue:
+            return
+        age = self._num_completed() - self._queue_completed_at
+        moved = self.generation_strategy.current_node_name != self._queue_node
+        if age >= self.max_queue_age or moved:
+            logger.debug(
+                "Dropping %d queued run(s): %d trial(s) completed since.",
+                len(self._queue),
+                age,
+            )
+            self._queue.clear()
+
+    def _num_completed(self) -> int:
+        return len(self.experiment.trials_by_status[TrialStatus.COMPLETED])
+
+
+def _check_count(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
 def run_trials(
     client: Client,
     max_trials: int,
     parallelism: int,
     tolerated_trial_failure_rate: float = 0.5,
     logging_level: int = logging.INFO,
-) -> None:
-    r"""``client.run_trials`` without the Orchestrator's pauses between launches.
+    lookahead: int = 0,
+    max_queue_age: int | None = None,
+    generate_ahead: bool = False,
+) -> LookaheadOrchestrator:
+    r"""``client.run_trials`` without its pauses, filling free slots in one call.
 
     ``Client.run_trials`` runs Ax's Orchestrator with a one-second minimum between
     launching a trial and polling or launching the next, so at most one trial
-    starts per second whatever the number of free workers. This runs the same
-    Orchestrator with that minimum at zero and no sleep between polls (the
-    :class:`RayRunner`'s poll waits for a task to finish instead).
+    starts per second whatever the number of free workers, and one generation
+    call (one model fit) per trial. This runs a :class:`LookaheadOrchestrator`
+    with that minimum at zero, no sleep between polls (the :class:`RayRunner`'s
+    poll waits for a task to finish instead) and all free slots asked for at once.
 
     Args:
         client: A client configured with :func:`configure_ray`.
@@ -519,11 +769,24 @@ def run_trials(
         parallelism: Trials in flight at once (the number of workers).
         tolerated_trial_failure_rate: Share of failed trials the run tolerates.
         logging_level: Level of the Orchestrator's log messages.
+        lookahead: Trials generated ahead per generation call, queued for the
+            next free slots (:class:`LookaheadOrchestrator`); 0: none.
+        max_queue_age: Completed trials after which queued ones are dropped;
+            ``None``: ``parallelism``.
+        generate_ahead: Refill an empty queue while every worker is busy.
+
+    Returns:
+        The orchestrator (its ``generation_calls`` time every request).
     """
     if not isinstance(client._experiment.runner, RayRunner):
         raise ValueError("run_trials needs a client configured with configure_ray")
+    _check_count("max_trials", max_trials, minimum=0)
+    _check_count("parallelism", parallelism, minimum=1)
+    _check_count("lookahead", lookahead, minimum=0)
+    if max_queue_age is not None:
+        _check_count("max_queue_age", max_queue_age, minimum=1)
     storage = client._storage_config
-    orchestrator = Orchestrator(
+    orchestrator = LookaheadOrchestrator(
         experiment=client._experiment,
         generation_strategy=client._generation_strategy_or_choose(),
         options=OrchestratorOptions(
@@ -532,8 +795,13 @@ def run_trials(
             init_seconds_between_polls=0,
             min_seconds_before_poll=0.0,
             seconds_between_polls_backoff_factor=1.0,
+            run_trials_in_batches=True,
             logging_level=logging_level,
         ),
         db_settings=db_settings_from_storage_config(storage) if storage else None,
+        lookahead=lookahead,
+        max_queue_age=max_queue_age,
+        generate_ahead=generate_ahead,
     )
     orchestrator.run_n_trials(max_trials=max_trials)
+    return orchestrator

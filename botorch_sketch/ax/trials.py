@@ -11,6 +11,10 @@ ways:
   cannot attach data to a ``BatchTrial``), completed with the usual
   ``client.complete_trial``.
 
+:func:`gen_filled_batch` is the Orchestrator's variant (``botorch_sketch.ax.ray``):
+one batch of exactly ``n`` points, for ``n`` free workers, returned as one-arm
+generator runs without touching the experiment.
+
 Ax's generation strategy expects each generator run to become exactly one trial
 (``GenerationStrategy.gen_single_trial``). :func:`get_next_batch` therefore does
 not split the strategy's run: it keeps that ``k``-arm run out of the experiment
@@ -32,6 +36,7 @@ from ax.api.client import Client
 from ax.core.batch_trial import BatchTrial
 from ax.core.experiment import Experiment
 from ax.core.generator_run import GeneratorRun
+from ax.core.observation import ObservationFeatures
 from ax.core.trial import Trial
 from ax.exceptions.core import AxError
 from ax.generation_strategy.generation_node import GenerationNode
@@ -45,7 +50,15 @@ from botorch_sketch.ax.turbo import TurboGenerators
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["get_next_batch", "new_adaptive_batch_trial"]
+__all__ = [
+    "gen_filled_batch",
+    "trials_left_in_generating_node",
+    "get_next_batch",
+    "new_adaptive_batch_trial",
+]
+
+#: What :func:`_remaining_in_node` returns for a node without a trial budget.
+_UNLIMITED = 1 << 30
 
 #: ``gen_metadata`` keys recording a one-arm trial's place in its batch.
 BATCH_ID_KEY = "adaptive_batch_id"
@@ -137,6 +150,62 @@ def get_next_batch(client: Client, max_batch_size: int) -> dict[int, dict]:
     trials = {trial.index: dict(trial.arm.parameters) for trial in created}
     logger.info("Adaptive batch of %d trial(s): %s.", len(trials), sorted(trials))
     return trials
+
+
+def gen_filled_batch(
+    strategy: GenerationStrategy,
+    experiment: Experiment,
+    n: int,
+    fixed_features: ObservationFeatures | None = None,
+) -> list[GeneratorRun] | None:
+    r"""``n`` one-arm generator runs from one BBKB batch of exactly ``n`` points.
+
+    For filling ``n`` free workers at once: the node's
+    ``AdaptiveBatchAcquisition`` runs with ``min_batch_size = n`` for this call
+    (the batch goes on past the rule's stop with the same greedy sequence and
+    its Thompson fill, as for ``n`` parallel workers), with the running and
+    candidate trials hallucinated; the run is split as by
+    :func:`get_next_batch`. Nothing is added to the experiment.
+
+    Args:
+        strategy: The generation strategy.
+        experiment: Its experiment.
+        n: Points in the batch (``>= 1``).
+        fixed_features: Passed to ``GenerationStrategy.gen``.
+
+    Returns:
+        The ``n`` runs (fewer only if the domain has fewer points left), or
+        ``None`` when the generating node does not use ``AdaptiveBatchAcquisition``
+        (the caller generates otherwise).
+    """
+    _check_size(n)
+    node = _generating_node(strategy, experiment)
+    specs = [
+        spec
+        for spec in node.generator_specs
+        if spec.generator_kwargs.get("acquisition_class") is AdaptiveBatchAcquisition
+    ]
+    if not specs:
+        return None
+    saved = [spec.generator_kwargs.get("acquisition_options") for spec in specs]
+    try:
+        for spec, options in zip(specs, saved, strict=True):
+            spec.generator_kwargs["acquisition_options"] = {
+                **(options or {}),
+                "min_batch_size": n,
+            }
+        with _expected_short_batches():
+            (runs,) = strategy.gen(
+                experiment=experiment, n=n, fixed_features=fixed_features
+            )
+    finally:
+        for spec, options in zip(specs, saved, strict=True):
+            if options is None:
+                spec.generator_kwargs.pop("acquisition_options", None)
+            else:
+                spec.generator_kwargs["acquisition_options"] = options
+    (run,) = runs
+    return split_generator_run(run, batch_id=len(experiment.trials))
 
 
 def _abandon(trials: list[Trial], reason: str) -> None:
@@ -241,6 +310,16 @@ def _generating_node(
     return strategy.nodes_by_name[name] if move else strategy._curr
 
 
+def trials_left_in_generating_node(
+    strategy: GenerationStrategy, experiment: Experiment
+) -> int | None:
+    r"""Trials the node that generates next makes before its ``MinTrials`` budget
+    is met (``>= 1``), or ``None`` for an open-ended node (e.g. BBKB after the
+    Sobol start)."""
+    left = _remaining_in_node(_generating_node(strategy, experiment), experiment)
+    return None if left == _UNLIMITED else left
+
+
 def _is_adaptive(node: GenerationNode) -> bool:
     r"""Whether ``node`` lets BBKB choose the batch size: it generates with
     ``AdaptiveBatchAcquisition`` or with the BBKB engine of a finite library."""
@@ -265,7 +344,7 @@ def _remaining_in_node(node: GenerationNode, experiment: Experiment) -> int:
         for criterion in node.transition_criteria
         if isinstance(criterion, MinTrials) and criterion.use_all_trials_in_exp
     ]
-    return max(1, min(left)) if left else 1 << 30
+    return max(1, min(left)) if left else _UNLIMITED
 
 
 def _entry_for_arm(value: object, position: int, k: int) -> object:

@@ -24,6 +24,7 @@ from botorch_sketch.ax.ray import (
     parse_outcome,
     run_trials,
 )
+from botorch_sketch.ax.trials import gen_filled_batch, trials_left_in_generating_node
 
 ray = pytest.importorskip("ray")
 
@@ -262,3 +263,92 @@ def test_json_save_and_load_mid_run(tmp_path):
     completed = trials_by_status(loaded)[TrialStatus.COMPLETED]
     assert completed == [i for i in range(9) if i != orphan]
     assert data_rows_per_trial(loaded) == dict.fromkeys(completed, 1)
+
+
+def node_of(trial) -> str:
+    return trial.generator_runs[0]._generation_node_name
+
+
+def test_lookahead_queues_trials_without_overrunning_the_sobol_budget():
+    client = make_client(initialization_budget=4)
+    configure_ray(client, make_evaluate(sleep=0.05), num_workers=WORKERS)
+    orchestrator = run_trials(client, max_trials=14, parallelism=WORKERS, lookahead=4)
+
+    trials = client._experiment.trials
+    assert len(trials) == 14
+    assert trials_by_status(client) == {TrialStatus.COMPLETED: list(range(14))}
+    assert data_rows_per_trial(client) == dict.fromkeys(range(14), 1)
+    assert [node_of(t) for t in trials.values()].count("Sobol") == 4
+    arms = {tuple(sorted(t.arm.parameters.items())) for t in trials.values()}
+    assert len(arms) == 14  # queued and running trials were hallucinated
+    calls = orchestrator.generation_calls
+    assert sum(c.from_queue for c in calls) > 0
+    # Fewer model calls than model trials: the queue served the rest.
+    model_calls = [c for c in calls if c.generated > 0 and c.num_trials >= 4]
+    assert len(model_calls) < 10
+    assert orchestrator.queued <= 4
+
+
+def test_lookahead_run_is_reproducible_and_saves_and_loads(tmp_path):
+    def run() -> tuple[Client, list]:
+        client = make_client(initialization_budget=3)
+        configure_ray(client, make_evaluate(), num_workers=1)
+        # One worker: the order of events, hence every draw, is fixed.
+        orchestrator = run_trials(
+            client, max_trials=8, parallelism=1, lookahead=2, generate_ahead=True
+        )
+        return client, orchestrator.generation_calls
+
+    (first, calls), (second, _) = run(), run()
+    # Generated ahead while the worker was busy (no request pending).
+    assert any(c.requested == 0 and c.generated > 0 for c in calls)
+    params = [t.arm.parameters for t in first._experiment.trials.values()]
+    assert params == [t.arm.parameters for t in second._experiment.trials.values()]
+    path = tmp_path / "experiment.json"
+    first.save_to_json_file(str(path))
+    loaded = Client.load_from_json_file(str(path))
+    configure_ray(loaded, make_evaluate(), num_workers=1)
+    run_trials(loaded, max_trials=3, parallelism=1, lookahead=2)
+    assert trials_by_status(loaded) == {TrialStatus.COMPLETED: list(range(11))}
+
+
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"lookahead": -1}, ValueError),
+        ({"lookahead": True}, TypeError),
+        ({"max_queue_age": 0}, ValueError),
+        ({"parallelism": 0}, ValueError),
+    ],
+)
+def test_run_trials_rejects_bad_queue_arguments(kwargs, error):
+    client = make_client()
+    configure_ray(client, make_evaluate(), num_workers=2)
+    args = {"max_trials": 2, "parallelism": 2, **kwargs}
+    with pytest.raises(error, match=next(iter(kwargs))):
+        run_trials(client, **args)
+    assert len(client._experiment.trials) == 0
+
+
+def test_gen_filled_batch_gives_one_batch_of_n_and_restores_the_strategy():
+    client = make_client(initialization_budget=4)
+    rng = np.random.default_rng(0)
+    for _ in range(6):
+        x = rng.random(2)
+        index = client.attach_trial({"x1": float(x[0]), "x2": float(x[1])})
+        client.complete_trial(index, {"f": float(((x - 0.4) ** 2).sum())})
+    (running,) = client.get_next_trials(max_trials=1)  # pending: hallucinated
+    strategy, experiment = client._generation_strategy, client._experiment
+    assert trials_left_in_generating_node(strategy, experiment) is None
+    spec = strategy._curr.generator_specs[0]
+    options = dict(spec.generator_kwargs["acquisition_options"])
+
+    runs = gen_filled_batch(strategy, experiment, n=5)
+
+    assert len(runs) == 5 and all(len(run.arms) == 1 for run in runs)
+    points = {run.arms[0].signature for run in runs}
+    points.add(experiment.trials[running].arm.signature)
+    assert len(points) == 6  # distinct, and none repeats the pending trial
+    assert len(experiment.trials) == 7  # nothing added
+    assert spec.generator_kwargs["acquisition_options"] == options
+    assert options["min_batch_size"] == 1
