@@ -35,13 +35,14 @@ the price of the rule's guarantee for those extra points (an extension). With
 points of a filled batch (fewer when the rule's own batch is longer) are instead
 the maximisers of independent posterior samples (parallel Thompson sampling,
 Kandasamy et al., AISTATS 2018) over a candidate set
-(:func:`thompson_fill_points`). A share ``THOMPSON_BASIN_SHARE`` of them goes to
-other basins than the incumbent's: the best observed point of each of a few
-regions apart from better points (:func:`basin_centers`) gets local Thompson
-steps, so that a region that holds a good but not the best point keeps being
-refined while the greedy UCB sits in the incumbent's basin (a multi-start local
-search inside every filled batch). A share ``THOMPSON_FAR_SHARE`` (0 by default)
-can be drawn only from Sobol candidates away from the best observed points. The
+(:func:`thompson_fill_points`). A share ``THOMPSON_BASIN_SHARE`` of them (0 by
+default) can go to other basins than the incumbent's: the best observed point of
+each of a few regions apart from better points (:func:`basin_centers`) gets local
+Thompson steps, so that a region that holds a good but not the best point keeps
+being refined while the greedy UCB sits in the incumbent's basin (a multi-start
+local search inside every filled batch). Likewise a share ``THOMPSON_FAR_SHARE``
+(0 by default) can be drawn only from Sobol candidates away from the best
+observed points. The
 Ax strategies use ``f = 0.5``; here the default is ``0``. Measurements of these
 choices: ``benchmarks/results/bbkb_exploration.md`` and ``stall_hartmann6.md``.
 
@@ -155,7 +156,8 @@ THOMPSON_FAR_RADIUS = 0.2
 #: them in turn, each the maximiser of a posterior sample over
 #: ``THOMPSON_BASIN_PER_CENTER`` Gaussian steps of ``THOMPSON_BASIN_STEP`` x the
 #: box side around its centre (a local Thompson step in each other basin).
-THOMPSON_BASIN_SHARE = 0.25
+#: Off by default.
+THOMPSON_BASIN_SHARE = 0.0
 THOMPSON_BASIN_CENTERS = 3
 THOMPSON_BASIN_PER_CENTER = 256
 THOMPSON_BASIN_STEP = 0.1
