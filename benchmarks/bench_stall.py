@@ -14,7 +14,10 @@ Variants (``--variant``) set module constants of
 - ``default``: the package as it is (``THOMPSON_FAR_SHARE = 0``: the whole
   Thompson fill over all candidates);
 - ``no-far``: ``THOMPSON_FAR_SHARE = 0`` explicitly;
-- ``far<p>``: ``THOMPSON_FAR_SHARE = p`` (e.g. ``far1`` or ``far0.75``).
+- ``far<p>``: ``THOMPSON_FAR_SHARE = p`` (e.g. ``far1`` or ``far0.75``);
+- ``basin<p>``: ``THOMPSON_BASIN_SHARE = p`` (``basin0``: no points in other
+  basins than the incumbent's);
+- several of these joined by ``+`` (e.g. ``basin0.5+far0.25``).
 
 Writes one row per (variant, seed) to ``stall_hartmann6.csv`` (appending) and
 rebuilds ``stall_hartmann6.md`` from the CSV.
@@ -49,14 +52,17 @@ CSV = "stall_hartmann6.csv"
 
 def apply_variant(variant: str) -> None:
     """Set the module constants of the variant (module docstring)."""
-    if variant == "default":
-        return
-    if variant == "no-far":
-        adaptive_batch.THOMPSON_FAR_SHARE = 0.0
-    elif variant.startswith("far"):
-        adaptive_batch.THOMPSON_FAR_SHARE = float(variant[3:])
-    else:
-        raise ValueError(f"unknown variant {variant!r}")
+    for part in variant.split("+"):
+        if part == "default":
+            continue
+        if part == "no-far":
+            adaptive_batch.THOMPSON_FAR_SHARE = 0.0
+        elif part.startswith("far"):
+            adaptive_batch.THOMPSON_FAR_SHARE = float(part[3:])
+        elif part.startswith("basin"):
+            adaptive_batch.THOMPSON_BASIN_SHARE = float(part[5:])
+        else:
+            raise ValueError(f"unknown variant {variant!r}")
 
 
 def run_seed(seed: int, trials: int, noise_sd: float) -> dict:

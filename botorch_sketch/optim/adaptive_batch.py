@@ -35,11 +35,15 @@ the price of the rule's guarantee for those extra points (an extension). With
 points of a filled batch (fewer when the rule's own batch is longer) are instead
 the maximisers of independent posterior samples (parallel Thompson sampling,
 Kandasamy et al., AISTATS 2018) over a candidate set
-(:func:`thompson_fill_points`); a share ``THOMPSON_FAR_SHARE`` of them (0 by
-default) can be drawn only from candidates away from the best observed points, so
-that every filled batch also samples the posterior outside the incumbent's basin.
-The Ax
-strategies use ``f = 0.5``; here the default is ``0``. Measurements of these
+(:func:`thompson_fill_points`). A share ``THOMPSON_BASIN_SHARE`` of them (0 by
+default) can go to other basins than the incumbent's: the best observed point of
+each of a few regions apart from better points (:func:`basin_centers`) gets local
+Thompson steps, so that a region that holds a good but not the best point keeps
+being refined while the greedy UCB sits in the incumbent's basin (a multi-start
+local search inside every filled batch). Likewise a share ``THOMPSON_FAR_SHARE``
+(0 by default) can be drawn only from Sobol candidates away from the best
+observed points. The
+Ax strategies use ``f = 0.5``; here the default is ``0``. Measurements of these
 choices: ``benchmarks/results/bbkb_exploration.md`` and ``stall_hartmann6.md``.
 
 Domains:
@@ -123,6 +127,7 @@ __all__ = [
     "DEFAULT_THOMPSON_FILL",
     "AdaptiveBatchInputs",
     "StepOptimizer",
+    "basin_centers",
     "optimize_acqf_adaptive_batch",
     "thompson_fill_points",
 ]
@@ -143,9 +148,21 @@ THOMPSON_SEED_OFFSET = 104_729
 #: Share of the Thompson fill drawn away from the incumbent's basin: from the Sobol
 #: candidates farther than ``THOMPSON_FAR_RADIUS * sqrt(d)`` (box scaled to the
 #: unit cube) from every one of the ``THOMPSON_LOCAL_CENTERS`` best training points.
-#: Off by default (no measured gain; ``benchmarks/results/stall_hartmann6.md``).
+#: Off by default.
 THOMPSON_FAR_SHARE = 0.0
 THOMPSON_FAR_RADIUS = 0.2
+#: Share of the Thompson fill spent on other basins than the incumbent's
+#: (:func:`basin_centers`): up to ``THOMPSON_BASIN_CENTERS`` best observed points,
+#: each farther than ``THOMPSON_FAR_RADIUS * sqrt(d)`` (unit cube) from every
+#: better centre, the first (the incumbent) excluded; the share's points go to
+#: them in turn, each the maximiser of a posterior sample over
+#: ``THOMPSON_BASIN_PER_CENTER`` Gaussian steps of ``THOMPSON_BASIN_STEP`` x the
+#: box side around its centre (a local Thompson step in each other basin).
+#: Off by default.
+THOMPSON_BASIN_SHARE = 0.0
+THOMPSON_BASIN_CENTERS = 3
+THOMPSON_BASIN_PER_CENTER = 256
+THOMPSON_BASIN_STEP = 0.1
 
 
 def optimize_acqf_adaptive_batch(
@@ -441,8 +458,14 @@ def thompson_fill_points(
     ``THOMPSON_LOCAL_STEP`` times the box side (clamped to the box). Sample ``j``
     picks its best candidate not already taken
     (:class:`~botorch_sketch.generation.thompson.EmbeddingThompsonSampling`,
-    ``O(A m)`` per sample, no ``A x A`` covariance). The samples are drawn from
-    the model's posterior as it is: pending points are not hallucinated.
+    ``O(A m)`` per sample, no ``A x A`` covariance). The first
+    ``floor(THOMPSON_BASIN_SHARE * num_points)`` points are local steps in other
+    basins than the incumbent's: the centres of :func:`basin_centers` after the
+    first take them in turn, each the maximiser of a sample over
+    ``THOMPSON_BASIN_PER_CENTER`` Gaussian steps of ``THOMPSON_BASIN_STEP`` times
+    the box side around its centre (none when every training point lies near the
+    incumbent). The samples are drawn from the model's posterior as it is:
+    pending points are not hallucinated.
 
     Args:
         model: A single-output, unbatched ``NystromGP``.
@@ -478,9 +501,16 @@ def thompson_fill_points(
     )
     centers = _best_points(model, transform)
     candidates = torch.cat([sobol, _near_points(centers, bounds, seed)])
+    picked = _basin_points(
+        model,
+        bounds,
+        math.floor(THOMPSON_BASIN_SHARE * num_points),
+        transform,
+        seed + 3,
+    )
+    num_points -= sum(p.shape[0] for p in picked)
     far = _far_mask(sobol, centers, bounds)
     num_far = min(math.floor(THOMPSON_FAR_SHARE * num_points), int(far.sum()))
-    picked = []
     if num_far > 0:
         sampler = EmbeddingThompsonSampling(
             model, posterior_transform=transform, replacement=False, seed=seed + 2
@@ -497,6 +527,111 @@ def thompson_fill_points(
     return torch.cat(picked)
 
 
+def basin_centers(
+    X: Tensor, scores: Tensor, bounds: Tensor, num_centers: int
+) -> Tensor:
+    r"""The best point of each of up to ``num_centers`` separate regions.
+
+    Greedy: the best-scoring point of ``X`` first, then repeatedly the best
+    point farther than ``THOMPSON_FAR_RADIUS * sqrt(d)`` (Euclidean, box scaled
+    to the unit cube) from every centre chosen so far, until ``num_centers``
+    are chosen or no point is left. ``O(num_centers n d)``.
+
+    Args:
+        X: ``n x d`` points.
+        scores: ``n`` scores, larger is better.
+        bounds: ``2 x d`` box bounds.
+        num_centers: Largest number of centres ``>= 1``.
+
+    Returns:
+        A ``k x d`` tensor of rows of ``X``, best first, ``k <= num_centers``.
+    """
+    if isinstance(num_centers, bool) or not (
+        isinstance(num_centers, int) and num_centers >= 1
+    ):
+        raise ValueError(f"num_centers must be a positive int, got {num_centers!r}.")
+    if X.dim() != 2 or scores.shape != X.shape[:1]:
+        raise ValueError(
+            f"X must be n x d and scores n, got {tuple(X.shape)} and "
+            f"{tuple(scores.shape)}."
+        )
+    scale = (bounds[1] - bounds[0]).clamp_min(torch.finfo(bounds.dtype).tiny)
+    U = X / scale.to(X)
+    radius = THOMPSON_FAR_RADIUS * math.sqrt(X.shape[-1])
+    open_ = torch.ones(X.shape[0], dtype=torch.bool, device=X.device)
+    chosen = []
+    while len(chosen) < num_centers and bool(open_.any()):
+        best = int(torch.where(open_, scores, -math.inf).argmax())
+        chosen.append(best)
+        open_ &= (U - U[best]).norm(dim=-1) > radius
+    return X[chosen]
+
+
+def _basin_points(
+    model: NystromGP,
+    bounds: Tensor,
+    num_points: int,
+    transform: ScalarizedPosteriorTransform,
+    seed: int,
+) -> list[Tensor]:
+    r"""The fill's points in other basins than the incumbent's (``THOMPSON_BASIN_*``).
+
+    Returns:
+        A list of ``k_c x d`` tensors (one per centre that gets points; empty
+        when ``num_points`` is 0 or no other basin has a training point).
+    """
+    X, scores = _scored_inputs(model, transform)
+    if num_points < 1 or X.shape[0] == 0:
+        return []
+    centers = basin_centers(X, scores, bounds, THOMPSON_BASIN_CENTERS + 1)[1:]
+    if centers.shape[0] == 0:
+        return []
+    counts = [0] * centers.shape[0]
+    for i in range(num_points):
+        counts[i % len(counts)] += 1
+    gen = torch.Generator(device=bounds.device).manual_seed(seed)
+    picked = []
+    for j, (center, count) in enumerate(zip(centers, counts, strict=True)):
+        if count == 0:
+            continue
+        steps = torch.randn(
+            THOMPSON_BASIN_PER_CENTER,
+            bounds.shape[-1],
+            generator=gen,
+            dtype=bounds.dtype,
+            device=bounds.device,
+        )
+        near = center.to(bounds) + THOMPSON_BASIN_STEP * (bounds[1] - bounds[0]) * steps
+        near = torch.minimum(torch.maximum(near, bounds[0]), bounds[1])
+        sampler = EmbeddingThompsonSampling(
+            model, posterior_transform=transform, replacement=False, seed=seed + j
+        )
+        picked.append(sampler(near, num_samples=count))
+    return picked
+
+
+def _scored_inputs(
+    model: NystromGP, transform: ScalarizedPosteriorTransform
+) -> tuple[Tensor, Tensor]:
+    r"""The training inputs (model input space) and their scalarised outcomes.
+
+    The inputs are taken back through the model's input transform; one without
+    ``untransform`` gives none.
+
+    Returns:
+        ``(X n x d, scores n)``, larger scores better.
+    """
+    X = model.train_inputs[0]
+    transform_in = getattr(model, "input_transform", None)
+    if transform_in is not None:
+        try:
+            X = transform_in.untransform(X)
+        except NotImplementedError:
+            return X.new_zeros(0, X.shape[-1]), X.new_zeros(0)
+    Y = model.train_targets.reshape(-1, X.shape[-2]).mT  # n x m, model units
+    return X, Y.to(X) @ transform.weights.to(X)
+
+
 def _best_points(model: NystromGP, transform: ScalarizedPosteriorTransform) -> Tensor:
     r"""The ``THOMPSON_LOCAL_CENTERS`` training points with the best outcome.
 
@@ -506,15 +641,7 @@ def _best_points(model: NystromGP, transform: ScalarizedPosteriorTransform) -> T
     Returns:
         A ``k x d`` tensor, ``k <= THOMPSON_LOCAL_CENTERS``.
     """
-    X = model.train_inputs[0]
-    transform_in = getattr(model, "input_transform", None)
-    if transform_in is not None:
-        try:
-            X = transform_in.untransform(X)
-        except NotImplementedError:
-            return X.new_zeros(0, X.shape[-1])
-    Y = model.train_targets.reshape(-1, X.shape[-2]).mT  # n x m, model units
-    scores = Y.to(X) @ transform.weights.to(X)
+    X, scores = _scored_inputs(model, transform)
     return X[torch.topk(scores, min(THOMPSON_LOCAL_CENTERS, X.shape[-2])).indices]
 
 

@@ -14,6 +14,7 @@ from botorch_sketch.optim import adaptive_batch, optimize_acqf_adaptive_batch
 from botorch_sketch.optim.adaptive_batch import (
     THOMPSON_SEED_OFFSET,
     _restart_points,
+    basin_centers,
     thompson_fill_points,
 )
 
@@ -321,8 +322,10 @@ def test_thompson_fill_completes_the_batch_after_the_greedy_points(model, fill):
 
 def test_thompson_fill_points_follow_the_posterior(model, monkeypatch):
     """Maximisers of posterior samples sit where the posterior mean is high, and
-    minimisers (maximize=False) where it is low (without the far share)."""
+    minimisers (maximize=False) where it is low (without the far and basin
+    shares)."""
     monkeypatch.setattr(adaptive_batch, "THOMPSON_FAR_SHARE", 0.0)
+    monkeypatch.setattr(adaptive_batch, "THOMPSON_BASIN_SHARE", 0.0)
     high = thompson_fill_points(model, BOUNDS, 8, seed=0)
     low = thompson_fill_points(model, BOUNDS, 8, maximize=False, seed=0)
     grid = torch.rand(2000, 2, generator=torch.Generator().manual_seed(1), dtype=DT)
@@ -568,6 +571,7 @@ def test_thompson_fill_draws_its_far_share_away_from_the_best_points(
     """``THOMPSON_FAR_SHARE`` of the fill lies farther than the radius from every
     one of the best training points; the rest follows the posterior anywhere."""
     monkeypatch.setattr(adaptive_batch, "THOMPSON_FAR_SHARE", 0.5)
+    monkeypatch.setattr(adaptive_batch, "THOMPSON_BASIN_SHARE", 0.0)
     got = thompson_fill_points(model, BOUNDS, 8, seed=0)
     assert got.shape == (8, 2)
     assert torch.unique(got, dim=0).shape[0] == 8  # distinct
@@ -578,3 +582,45 @@ def test_thompson_fill_draws_its_far_share_away_from_the_best_points(
     num_far = int(adaptive_batch.THOMPSON_FAR_SHARE * 8)
     dist = torch.cdist(got, best).min(-1).values
     assert num_far >= 1 and (dist[:num_far] > radius).all()
+
+
+def test_basin_centers_are_the_best_points_of_separate_regions():
+    """Greedy: the best point, then the best one farther than the radius from
+    every centre so far; bad arguments are named."""
+    X = torch.tensor(
+        [[0.1, 0.1], [0.15, 0.1], [0.9, 0.9], [0.85, 0.9], [0.1, 0.9]], dtype=DT
+    )
+    scores = torch.tensor([5.0, 4.0, 3.0, 3.5, 1.0], dtype=DT)
+    got = basin_centers(X, scores, BOUNDS, 5)
+    torch.testing.assert_close(got, X[[0, 3, 4]])  # 1 and 2 sit next to better ones
+    torch.testing.assert_close(basin_centers(X, scores, BOUNDS, 2), X[[0, 3]])
+    # Distances are taken in the box scaled to the unit cube.
+    wide = torch.tensor([[0.0, 0.0], [10.0, 10.0]], dtype=DT)
+    got = basin_centers(10 * X, scores, wide, 5)
+    torch.testing.assert_close(got, 10 * X[[0, 3, 4]])
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="num_centers must be a positive int"):
+            basin_centers(X, scores, BOUNDS, bad)
+    with pytest.raises(ValueError, match="scores"):
+        basin_centers(X, scores[:3], BOUNDS, 2)
+
+
+def test_thompson_fill_spends_its_basin_share_in_other_basins(model, monkeypatch):
+    """The first floor(share x n) fill points lie next to the best points of
+    other regions than the incumbent's, every such centre getting its turn; all
+    points are distinct."""
+    monkeypatch.setattr(adaptive_batch, "THOMPSON_FAR_SHARE", 0.0)
+    monkeypatch.setattr(adaptive_batch, "THOMPSON_BASIN_SHARE", 0.5)
+    monkeypatch.setattr(adaptive_batch, "THOMPSON_BASIN_STEP", 0.02)
+    got = thompson_fill_points(model, BOUNDS, 8, seed=0)
+    assert got.shape == (8, 2) and torch.unique(got, dim=0).shape[0] == 8
+    X, Y = model.train_inputs[0], model.train_targets
+    centers = basin_centers(X, Y, BOUNDS, adaptive_batch.THOMPSON_BASIN_CENTERS + 1)
+    assert centers.shape[0] >= 3  # the incumbent and at least two other regions
+    dist = torch.cdist(got[:4], centers)
+    assert (dist[:, 1:].min(-1).values < 0.1).all() and (dist[:, 0] > 0.2).all()
+    nearest = dist[:, 1:].argmin(-1)
+    assert set(nearest.tolist()) == set(range(centers.shape[0] - 1))  # in turn
+    monkeypatch.setattr(adaptive_batch, "THOMPSON_BASIN_SHARE", 0.0)
+    plain = thompson_fill_points(model, BOUNDS, 8, seed=0)
+    assert float((plain - centers[0]).norm(dim=-1).min()) < 0.2
