@@ -148,6 +148,7 @@ VALIDATORS: dict[str, Validator] = {
     "failure_tolerance": _optional(_positive_int),
     "improvement_tolerance": _fraction,
     "num_candidates": _optional(_positive_int),
+    "thompson": _one_of("joint", "embedding"),
 }
 
 

@@ -62,6 +62,7 @@ from torch.quasirandom import SobolEngine
 
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.trust_region import (
+    THOMPSON_SAMPLERS,
     TrustRegionState,
     fit_region_model,
     generate_batch,
@@ -95,6 +96,7 @@ TURBO_OPTIONS: dict[str, Any] = {
     "failure_tolerance": None,
     "improvement_tolerance": 1e-3,
     "num_candidates": None,
+    "thompson": "joint",
     "candidate_set": None,
 }
 
@@ -121,6 +123,9 @@ class TurboGenerator(TorchGenerator):
             :class:`~botorch_sketch.trust_region.TrustRegionState`.
         num_candidates: Thompson-sampling candidates per batch (``None``:
             ``min(5000, max(2000, 200 d))``).
+        thompson: ``"joint"`` (samples of the joint posterior over the
+            candidates) or ``"embedding"`` (``O(A m)``, independent Nyström
+            residual), see :func:`~botorch_sketch.trust_region.generate_batch`.
         seed: Base seed of every draw.
         surrogate_spec: One ``NystromGP`` ``ModelConfig`` whose ``model_options``
             (``q_bar``, ``max_dictionary_size``, ...) build the region's model.
@@ -141,6 +146,7 @@ class TurboGenerator(TorchGenerator):
         failure_tolerance: int | None = None,
         improvement_tolerance: float = 1e-3,
         num_candidates: int | None = None,
+        thompson: str = "joint",
         seed: int = 0,
         surrogate_spec: SurrogateSpec | None = None,
         candidate_set: Any = None,
@@ -162,7 +168,12 @@ class TurboGenerator(TorchGenerator):
                 f"region_state must be a dict, got {type(region_state).__name__}."
             )
         self.batch_size = batch_size
+        if thompson not in THOMPSON_SAMPLERS:
+            raise ValueError(
+                f"thompson must be one of {THOMPSON_SAMPLERS}, got {thompson!r}."
+            )
         self.num_candidates = num_candidates
+        self.thompson = thompson
         self.seed = int(seed)
         configs = [] if surrogate_spec is None else surrogate_spec.model_configs
         self.model_options = dict(configs[0].model_options) if configs else {}
@@ -253,6 +264,7 @@ class TurboGenerator(TorchGenerator):
             points = generate_batch(
                 model, state, X[start:], q, num_candidates=self.num_candidates,
                 seed=call_seed, library=self._unit_library(), feasible=feasible,
+                thompson=self.thompson,
             )  # fmt: skip
         if points.shape[0] == 0:
             points = self._design(q, d, call_seed + state.restarts, feasible)
@@ -421,9 +433,10 @@ def turbo_generator_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
     the region settings together: ``0 < length_min <= length_init <= length_max``).
     """
     settings = {key: opts[key] for key in TURBO_OPTIONS if key != "candidate_set"}
-    batch_size, num_candidates = (
+    batch_size, num_candidates, thompson = (
         settings.pop("batch_size"),
         settings.pop("num_candidates"),
+        settings.pop("thompson"),
     )
     TrustRegionState(dim=1, batch_size=1, length=settings["length_init"], **settings)
     model_options = {"seed": opts["seed"]}
@@ -432,6 +445,7 @@ def turbo_generator_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
         **settings,
         "batch_size": batch_size,
         "num_candidates": num_candidates,
+        "thompson": thompson,
         "candidate_set": opts.get("candidate_set"),
         "surrogate_spec": SurrogateSpec(
             model_configs=[
