@@ -13,7 +13,11 @@ NeurIPS 2019) with the sketched GP as the region's model
    points (same model) by ``improvement_tolerance`` relative, and
    :func:`~botorch_sketch.trust_region.update_state` expands, shrinks or flags a
    restart. Then ``q = min(n, batch_size)`` points by Thompson sampling in the
-   region around the point of largest posterior mean.
+   region around the point of largest posterior mean: by default samples of the
+   model's joint posterior over the region's candidates (``thompson="joint"``);
+   ``"embedding"`` samples in ``O(A m)`` but draws the Nyström residual
+   independently per candidate, which scatters the batch over the region
+   (:mod:`~botorch_sketch.trust_region.candidates`).
 3. **Restart** (``L < length_min``): the region's data are *dropped* from the
    model, as in TuRBO (they stay in the experiment): the next points are a fresh
    scrambled Sobol design in the whole cube until the new region has ``2 d``
