@@ -149,6 +149,7 @@ VALIDATORS: dict[str, Validator] = {
     "improvement_tolerance": _fraction,
     "num_candidates": _optional(_positive_int),
     "thompson": _one_of("joint", "embedding"),
+    "incumbent": _one_of("mean", "observed"),
 }
 
 

@@ -101,8 +101,12 @@ TURBO_OPTIONS: dict[str, Any] = {
     "improvement_tolerance": 1e-3,
     "num_candidates": None,
     "thompson": "joint",
+    "incumbent": "mean",
     "candidate_set": None,
 }
+
+#: How the region's incumbent (centre and success test) is chosen.
+INCUMBENTS = ("mean", "observed")
 
 #: ``NystromGP`` options the generator passes through.
 MODEL_OPTIONS = (
@@ -130,6 +134,9 @@ class TurboGenerator(TorchGenerator):
         thompson: ``"joint"`` (samples of the joint posterior over the
             candidates) or ``"embedding"`` (``O(A m)``, independent Nyström
             residual), see :func:`~botorch_sketch.trust_region.generate_batch`.
+        incumbent: ``"mean"`` (the centre and the success test use posterior
+            means at the observed points) or ``"observed"`` (the best observed
+            values, as published TuRBO; module docstring).
         seed: Base seed of every draw.
         surrogate_spec: One ``NystromGP`` ``ModelConfig`` whose ``model_options``
             (``q_bar``, ``max_dictionary_size``, ...) build the region's model.
@@ -151,6 +158,7 @@ class TurboGenerator(TorchGenerator):
         improvement_tolerance: float = 1e-3,
         num_candidates: int | None = None,
         thompson: str = "joint",
+        incumbent: str = "mean",
         seed: int = 0,
         surrogate_spec: SurrogateSpec | None = None,
         candidate_set: Any = None,
@@ -176,8 +184,13 @@ class TurboGenerator(TorchGenerator):
             raise ValueError(
                 f"thompson must be one of {THOMPSON_SAMPLERS}, got {thompson!r}."
             )
+        if incumbent not in INCUMBENTS:
+            raise ValueError(
+                f"incumbent must be one of {INCUMBENTS}, got {incumbent!r}."
+            )
         self.num_candidates = num_candidates
         self.thompson = thompson
+        self.incumbent = incumbent
         self.seed = int(seed)
         configs = [] if surrogate_spec is None else surrogate_spec.model_configs
         self.model_options = dict(configs[0].model_options) if configs else {}
@@ -253,7 +266,7 @@ class TurboGenerator(TorchGenerator):
                 region_X, region_Y, warm_start=sketch,
                 **{"seed": self.seed, **self.model_options},
             )  # fmt: skip
-            state = self._update(state, model, region_X, seen - start)
+            state = self._update(state, model, region_X, region_Y, seen - start)
             if state.restart_triggered:
                 logger.info("turbo-bkb: region restarts after %d points.", num_obs)
                 state, start, sketch = restart_state(state), num_obs, None
@@ -268,7 +281,7 @@ class TurboGenerator(TorchGenerator):
             points = generate_batch(
                 model, state, X[start:], q, num_candidates=self.num_candidates,
                 seed=call_seed, library=self._unit_library(), feasible=feasible,
-                thompson=self.thompson,
+                thompson=self.thompson, center=self._center(region_Y),
             )  # fmt: skip
         if points.shape[0] == 0:
             points = self._design(q, d, call_seed + state.restarts, feasible)
@@ -315,15 +328,29 @@ class TurboGenerator(TorchGenerator):
 
     # --------------------------------------------------------------- internals
     def _update(
-        self, state: TrustRegionState, model: NystromGP, X: Tensor, old: int
+        self,
+        state: TrustRegionState,
+        model: NystromGP,
+        X: Tensor,
+        Y: Tensor,
+        old: int,
     ) -> TrustRegionState:
         r"""Count the last batch (rows ``old:`` of the region) as a success or a
-        failure, comparing posterior means of the same model."""
+        failure, comparing posterior means of the same model (``incumbent="mean"``)
+        or the observed values (``"observed"``)."""
+        if self.incumbent == "observed":
+            best = lambda rows: float(Y[rows].max())  # noqa: E731
+        else:
+            best = lambda rows: incumbent(model, X[rows])[1]  # noqa: E731
         if old <= 0 or old >= X.shape[0]:  # first model of the region, or no batch
-            return replace(state, best_value=incumbent(model, X)[1])
-        _, before = incumbent(model, X[:old])
-        _, batch = incumbent(model, X[old:])
+            return replace(state, best_value=best(slice(None)))
+        before, batch = best(slice(None, old)), best(slice(old, None))
         return update_state(replace(state, best_value=before), batch)
+
+    def _center(self, Y: Tensor) -> int | None:
+        r"""The region's centre row: ``None`` (largest posterior mean) or the best
+        observation's row."""
+        return int(Y.reshape(-1).argmax()) if self.incumbent == "observed" else None
 
     def _hallucinate(self, model: NystromGP, config: TorchOptConfig) -> NystromGP:
         pending = config.pending_observations
@@ -437,10 +464,11 @@ def turbo_generator_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
     the region settings together: ``0 < length_min <= length_init <= length_max``).
     """
     settings = {key: opts[key] for key in TURBO_OPTIONS if key != "candidate_set"}
-    batch_size, num_candidates, thompson = (
+    batch_size, num_candidates, thompson, best = (
         settings.pop("batch_size"),
         settings.pop("num_candidates"),
         settings.pop("thompson"),
+        settings.pop("incumbent"),
     )
     TrustRegionState(dim=1, batch_size=1, length=settings["length_init"], **settings)
     model_options = {"seed": opts["seed"]}
@@ -450,6 +478,7 @@ def turbo_generator_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
         "batch_size": batch_size,
         "num_candidates": num_candidates,
         "thompson": thompson,
+        "incumbent": best,
         "candidate_set": opts.get("candidate_set"),
         "surrogate_spec": SurrogateSpec(
             model_configs=[

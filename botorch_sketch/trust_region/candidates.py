@@ -31,9 +31,9 @@ TuRBO-1 (Eriksson et al., NeurIPS 2019, Sec. 3) on the unit cube ``[0, 1]^d``:
 
 The model is a ``NystromGP`` on the region's data (:func:`fit_region_model`,
 warm-started from the previous model's sketch), so its cost stays
-``O(n m^2)`` instead of the exact GP's ``O(n^3)``. The incumbent is the observed
-point of largest posterior mean (:func:`incumbent`), not the largest noisy
-observation.
+``O(n m^2)`` instead of the exact GP's ``O(n^3)``. The centre is by default the
+observed point of largest posterior mean (:func:`incumbent`); ``center`` picks
+another row (e.g. the best observation, as TuRBO).
 """
 
 from __future__ import annotations
@@ -178,6 +178,7 @@ def generate_batch(
     library: Tensor | None = None,
     feasible: Callable[[Tensor], Tensor] | None = None,
     thompson: str = "joint",
+    center: int | None = None,
 ) -> Tensor:
     r"""``q`` new points in the trust region by Thompson sampling (maximisation).
 
@@ -197,6 +198,8 @@ def generate_batch(
         feasible: Optional ``A x d -> A`` boolean mask of allowed candidates
             (e.g. parameter constraints, rows not taken yet).
         thompson: ``"joint"`` or ``"embedding"`` (module docstring).
+        center: Row of ``X`` to centre the region on (``None``: the row of
+            largest posterior mean, :func:`incumbent`).
 
     Returns:
         A ``k x d`` tensor, ``k = min(q, allowed candidates)``, in the region
@@ -211,7 +214,14 @@ def generate_batch(
         raise ValueError(
             f"thompson must be one of {THOMPSON_SAMPLERS}, got {thompson!r}."
         )
-    index, _ = incumbent(model, X)
+    if center is None:
+        index, _ = incumbent(model, X)
+    elif isinstance(center, bool) or not isinstance(center, int):
+        raise TypeError(f"center must be an int row index, got {center!r}.")
+    elif not -X.shape[0] <= center < X.shape[0]:
+        raise ValueError(f"center={center} is not a row of the {X.shape[0]} rows.")
+    else:
+        index = center
     center = X[index].to(torch.float64)
     bounds = region_bounds(center, lengthscales(model), state.length)
     if library is None:

@@ -72,6 +72,22 @@ def test_batch_is_inside_the_region_and_the_cube(length, thompson):
     assert value == pytest.approx(mean)
 
 
+def test_center_picks_the_row_the_region_is_centred_on():
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(30, 2, generator=g, dtype=torch.float64)
+    model = fit_region_model(X, -((X - 0.3) ** 2).sum(-1, keepdim=True), seed=0)
+    state = TrustRegionState(dim=2, batch_size=4, length=0.1)
+    far = int(((X - 0.3) ** 2).sum(-1).argmax())  # not the incumbent
+    batch = generate_batch(model, state, X, 4, num_candidates=200, seed=0, center=far)
+    bounds = region_bounds(X[far], lengthscales(model), 0.1)
+    assert bool((batch >= bounds[0] - 1e-12).all())
+    assert bool((batch <= bounds[1] + 1e-12).all())
+    with pytest.raises(ValueError, match="center=30"):
+        generate_batch(model, state, X, 4, center=30)
+    with pytest.raises(TypeError, match="center must be an int"):
+        generate_batch(model, state, X, 4, center=1.0)
+
+
 def test_generate_batch_rejects_bad_q():
     X = torch.rand(10, 2, dtype=torch.float64)
     model = fit_region_model(X, X.sum(-1, keepdim=True), seed=0)
