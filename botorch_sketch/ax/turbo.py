@@ -8,12 +8,16 @@ NeurIPS 2019) with the sketched GP as the region's model
    space's bounds, values signed so that larger is better.
 2. **gen**: the observations that arrived since the last call are the last
    batch. A ``NystromGP`` is fitted on the current region's data, warm-started
-   from the previous call's sketch; the batch is a success when its largest
-   posterior mean beats the largest posterior mean of the region's earlier
-   points (same model) by ``improvement_tolerance`` relative, and
+   from the previous call's sketch; the batch is a success when its best value
+   beats the best value of the region's earlier points by
+   ``improvement_tolerance`` relative (``incumbent="observed"``: observed
+   values, as TuRBO; ``"mean"``: posterior means of the same model, which a
+   lucky noisy draw cannot inflate but which smooth a rugged function's
+   improvements away and centre the region off its best point), and
    :func:`~botorch_sketch.trust_region.update_state` expands, shrinks or flags a
    restart. Then ``q = min(n, batch_size)`` points by Thompson sampling in the
-   region around the point of largest posterior mean: by default samples of the
+   region around the incumbent (the best observation, or the point of largest
+   posterior mean with ``incumbent="mean"``): by default samples of the
    model's joint posterior over the region's candidates (``thompson="joint"``);
    ``"embedding"`` samples in ``O(A m)`` but draws the Nyström residual
    independently per candidate, which scatters the batch over the region
@@ -101,7 +105,7 @@ TURBO_OPTIONS: dict[str, Any] = {
     "improvement_tolerance": 1e-3,
     "num_candidates": None,
     "thompson": "joint",
-    "incumbent": "mean",
+    "incumbent": "observed",
     "candidate_set": None,
 }
 
@@ -134,9 +138,11 @@ class TurboGenerator(TorchGenerator):
         thompson: ``"joint"`` (samples of the joint posterior over the
             candidates) or ``"embedding"`` (``O(A m)``, independent Nyström
             residual), see :func:`~botorch_sketch.trust_region.generate_batch`.
-        incumbent: ``"mean"`` (the centre and the success test use posterior
-            means at the observed points) or ``"observed"`` (the best observed
-            values, as published TuRBO; module docstring).
+        incumbent: ``"observed"`` (the centre is the best observation and the
+            success test compares observed values, as published TuRBO) or
+            ``"mean"`` (both use posterior means at the observed points; for
+            noise that is large against the function's differences, module
+            docstring).
         seed: Base seed of every draw.
         surrogate_spec: One ``NystromGP`` ``ModelConfig`` whose ``model_options``
             (``q_bar``, ``max_dictionary_size``, ...) build the region's model.
@@ -158,7 +164,7 @@ class TurboGenerator(TorchGenerator):
         improvement_tolerance: float = 1e-3,
         num_candidates: int | None = None,
         thompson: str = "joint",
-        incumbent: str = "mean",
+        incumbent: str = "observed",
         seed: int = 0,
         surrogate_spec: SurrogateSpec | None = None,
         candidate_set: Any = None,
