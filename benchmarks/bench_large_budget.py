@@ -311,8 +311,9 @@ def run_ax(
     if method == "ax-default":
         client.configure_generation_strategy()
     else:
+        size = {"batch_size" if method == "turbo-bkb" else "min_batch_size": q}
         client.set_generation_strategy(
-            get_generation_strategy(method, seed=seed, min_batch_size=q)
+            get_generation_strategy(method, seed=seed, **size)
         )
     values, after = [], []
     gen_s = eval_s = complete_s = 0.0

@@ -6,7 +6,17 @@ observed point after 250 / 500 / 1,000 evaluations and the CPU seconds
 (``time.process_time``, one thread).
 
 ``--turbo1 PATH`` adds the TuRBO-1 baseline of ``PATH`` (a ``turbo1.py`` with
-``run_turbo1``), run on the same problems and noise.
+``run_turbo1``), run on the same problems and noise. ``--set KEY=VALUE ...`` passes
+options to turbo-bkb (JSON values: ``thompson='"embedding"'``,
+``exact_max_n=1000``).
+
+``--ablation MODEL SAMPLER CENTRE SUCCESS`` runs the loop of ``turbo1.py`` with
+one piece swapped at a time instead of the Ax strategies (the diagnosis in
+``results/turbo_bkb.md``): ``MODEL`` ``stgp`` (``SingleTaskGP``) or ``nystrom``
+(``NystromGP``), ``SAMPLER`` ``joint`` (``MaxPosteriorSampling``) or
+``embedding`` (``EmbeddingThompsonSampling``), ``CENTRE`` and ``SUCCESS`` ``obs``
+(best noisy observation, as TuRBO-1) or ``mean`` (posterior means of a model
+refitted on the batch, as turbo-bkb). ``stgp joint obs obs`` is ``turbo1.py``.
 
 Usage::
 
@@ -26,9 +36,16 @@ import warnings
 
 import torch
 from ax import Client, RangeParameterConfig
+from botorch.fit import fit_gpytorch_mll
+from botorch.generation import MaxPosteriorSampling
+from botorch.models import SingleTaskGP
 from botorch.test_functions import Ackley, Hartmann
+from gpytorch.mlls import ExactMarginalLogLikelihood
+from torch.quasirandom import SobolEngine
 
 from botorch_sketch.ax import get_generation_strategy, get_next_batch
+from botorch_sketch.generation import EmbeddingThompsonSampling
+from botorch_sketch.models import NystromGP
 
 NOISE = 0.05
 CHECKPOINTS = (250, 500, 1000)
@@ -58,7 +75,9 @@ def trace(f, X: torch.Tensor, Y: torch.Tensor) -> dict[int, float]:
     return out
 
 
-def run_ax(method: str, f, seed: int, budget: int, batch: int) -> dict:
+def run_ax(
+    method: str, f, seed: int, budget: int, batch: int, extra: dict | None = None
+) -> dict:
     d = f.dim
     names = [f"x{i}" for i in range(d)]
     client = Client(random_seed=seed)
@@ -72,6 +91,8 @@ def run_ax(method: str, f, seed: int, budget: int, batch: int) -> dict:
     options = {"seed": seed, "initialization_budget": 2 * d}
     if method == "bbkb":
         options["min_batch_size"] = batch
+    if method == "turbo-bkb":
+        options.update(extra or {})
     client.set_generation_strategy(get_generation_strategy(method, **options))
     evaluate = noisy(f, seed)
     X, Y = [], []
@@ -99,6 +120,73 @@ def run_turbo1(path: str, f, seed: int, budget: int, batch: int) -> dict:
     return {"best": trace(f, res.X, res.Y), "cpu": cpu}
 
 
+def _fit(kind: str, X: torch.Tensor, Y: torch.Tensor):
+    """``SingleTaskGP`` or ``NystromGP`` on ``X`` and the values ``Y`` (``n``,
+    maximised), fitted by ``fit_gpytorch_mll``."""
+    cls = SingleTaskGP if kind == "stgp" else NystromGP
+    kwargs = {} if kind == "stgp" else {"seed": 0}
+    model = cls(X, Y.unsqueeze(-1), **kwargs)
+    fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+    return model
+
+
+def run_ablation(parts: list[str], f, seed: int, budget: int, batch: int) -> dict:
+    """``turbo1.py``'s loop (minimisation, same seeds and noise) with the model,
+    the sampler, the centre and the success test chosen by ``parts``."""
+    sys.path.insert(0, "benchmarks")
+    from turbo1 import TrustRegion, candidates, region_bounds
+
+    kind, sampler, centre, success = parts
+    d, lo = f.dim, f.bounds[0]
+    span = f.bounds[1] - lo
+    evaluate, generator = noisy(f, seed), torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    state, X, Y, all_X, all_Y, calls = None, None, None, [], [], 0
+    cpu0 = time.process_time()
+    while sum(len(y) for y in all_Y) < budget:
+        calls += 1
+        call_seed = seed * 100_003 + calls
+        if state is None or state.needs_restart:
+            state = TrustRegion(d, batch)
+            X_next = SobolEngine(d, scramble=True, seed=call_seed).draw(
+                max(2 * d, batch)
+            )
+            X, Y = X_next[:0].double(), torch.empty(0, dtype=torch.float64)
+        else:
+            model = _fit(kind, X, -Y)
+            with torch.no_grad():
+                mean = model.posterior(X).mean.reshape(-1)
+            c = X[Y.argmin()] if centre == "obs" else X[mean.argmax()]
+            kernel = getattr(model.covar_module, "base_kernel", model.covar_module)
+            ls = kernel.lengthscale.detach().reshape(-1)
+            lower, upper = region_bounds(c, ls, state.length)
+            n_cand = min(5000, max(2000, 200 * d))
+            X_cand = candidates(c, lower, upper, n_cand, call_seed, generator)
+            with torch.no_grad():
+                if sampler == "joint":
+                    ts = MaxPosteriorSampling(model=model, replacement=False)
+                else:
+                    ts = EmbeddingThompsonSampling(model, False, seed=call_seed)
+                X_next = ts(X_cand, num_samples=batch)
+        Y_next = evaluate(lo + span * X_next.double())
+        if len(Y) and success == "obs":
+            state.update(Y_next)
+        elif len(Y):  # posterior means of one model on old and new points
+            XX, YY = torch.cat([X, X_next]), torch.cat([Y, Y_next])
+            refit = _fit(kind, XX, -YY)
+            with torch.no_grad():
+                mu = -refit.posterior(XX).mean.reshape(-1)
+            state.best = float(mu[: len(Y)].min())
+            state.update(mu[len(Y) :])
+        else:
+            state.best = float(Y_next.min())
+        X, Y = torch.cat([X, X_next.double()]), torch.cat([Y, Y_next])
+        all_X.append(lo + span * X_next.double())
+        all_Y.append(Y_next)
+    cpu = time.process_time() - cpu0
+    return {"best": trace(f, torch.cat(all_X), torch.cat(all_Y)), "cpu": cpu}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--methods", nargs="+", default=["turbo-bkb", "bbkb"])
@@ -107,18 +195,31 @@ def main() -> None:
     p.add_argument("--budget", type=int, default=1000)
     p.add_argument("--batch", type=int, default=50)
     p.add_argument("--turbo1", default=None)
+    p.add_argument(
+        "--set", nargs="*", default=[], help="turbo-bkb options, KEY=JSON_VALUE"
+    )
+    p.add_argument("--ablation", nargs=4, default=None)
     args = p.parse_args()
     torch.set_num_threads(1)
     logging.getLogger("ax").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     for name in args.problems:
         f = problem(name)
-        for method in args.methods:
+        methods = ["ablation"] if args.ablation else args.methods
+        for method in methods:
             for seed in args.seeds:
-                if method == "turbo1":
+                if method == "ablation":
+                    out = run_ablation(args.ablation, f, seed, args.budget, args.batch)
+                    method = "ablation:" + "/".join(args.ablation)
+                elif method == "turbo1":
                     out = run_turbo1(args.turbo1, f, seed, args.budget, args.batch)
                 else:
-                    out = run_ax(method, f, seed, args.budget, args.batch)
+                    extra = dict(kv.split("=", 1) for kv in args.set)
+                    extra = {k: json.loads(v) for k, v in extra.items()}
+                    out = run_ax(method, f, seed, args.budget, args.batch, extra)
+                    if extra:
+                        method += ":" + ",".join(args.set)
+                out["load"] = open("/proc/loadavg").read().split()[0]
                 row = {"problem": name, "method": method, "seed": seed, **out}
                 print(json.dumps(row), flush=True)
 

@@ -153,6 +153,8 @@ VALIDATORS: dict[str, Validator] = {
     "failure_tolerance": _optional(_positive_int),
     "improvement_tolerance": _fraction,
     "num_candidates": _optional(_positive_int),
+    "thompson": _one_of("joint", "embedding"),
+    "incumbent": _one_of("mean", "observed"),
 }
 
 

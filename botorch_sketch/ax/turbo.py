@@ -8,12 +8,20 @@ NeurIPS 2019) with the sketched GP as the region's model
    space's bounds, values signed so that larger is better.
 2. **gen**: the observations that arrived since the last call are the last
    batch. A ``NystromGP`` is fitted on the current region's data, warm-started
-   from the previous call's sketch; the batch is a success when its largest
-   posterior mean beats the largest posterior mean of the region's earlier
-   points (same model) by ``improvement_tolerance`` relative, and
+   from the previous call's sketch; the batch is a success when its best value
+   beats the best value of the region's earlier points by
+   ``improvement_tolerance`` relative (``incumbent="observed"``: observed
+   values, as TuRBO; ``"mean"``: posterior means of the same model, which a
+   lucky noisy draw cannot inflate but which smooth a rugged function's
+   improvements away and centre the region off its best point), and
    :func:`~botorch_sketch.trust_region.update_state` expands, shrinks or flags a
    restart. Then ``q = min(n, batch_size)`` points by Thompson sampling in the
-   region around the point of largest posterior mean.
+   region around the incumbent (the best observation, or the point of largest
+   posterior mean with ``incumbent="mean"``): by default samples of the
+   model's joint posterior over the region's candidates (``thompson="joint"``);
+   ``"embedding"`` samples in ``O(A m)`` but draws the Nyström residual
+   independently per candidate, which scatters the batch over the region
+   (:mod:`~botorch_sketch.trust_region.candidates`).
 3. **Restart** (``L < length_min``): the region's data are *dropped* from the
    model, as in TuRBO (they stay in the experiment): the next points are a fresh
    scrambled Sobol design in the whole cube until the new region has ``2 d``
@@ -62,6 +70,7 @@ from torch.quasirandom import SobolEngine
 
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.trust_region import (
+    THOMPSON_SAMPLERS,
     TrustRegionState,
     fit_region_model,
     generate_batch,
@@ -95,8 +104,13 @@ TURBO_OPTIONS: dict[str, Any] = {
     "failure_tolerance": None,
     "improvement_tolerance": 1e-3,
     "num_candidates": None,
+    "thompson": "joint",
+    "incumbent": "observed",
     "candidate_set": None,
 }
+
+#: How the region's incumbent (centre and success test) is chosen.
+INCUMBENTS = ("mean", "observed")
 
 #: ``NystromGP`` options the generator passes through.
 MODEL_OPTIONS = (
@@ -121,6 +135,14 @@ class TurboGenerator(TorchGenerator):
             :class:`~botorch_sketch.trust_region.TrustRegionState`.
         num_candidates: Thompson-sampling candidates per batch (``None``:
             ``min(5000, max(2000, 200 d))``).
+        thompson: ``"joint"`` (samples of the joint posterior over the
+            candidates) or ``"embedding"`` (``O(A m)``, independent Nyström
+            residual), see :func:`~botorch_sketch.trust_region.generate_batch`.
+        incumbent: ``"observed"`` (the centre is the best observation and the
+            success test compares observed values, as published TuRBO) or
+            ``"mean"`` (both use posterior means at the observed points; for
+            noise that is large against the function's differences, module
+            docstring).
         seed: Base seed of every draw.
         surrogate_spec: One ``NystromGP`` ``ModelConfig`` whose ``model_options``
             (``q_bar``, ``max_dictionary_size``, ...) build the region's model.
@@ -141,6 +163,8 @@ class TurboGenerator(TorchGenerator):
         failure_tolerance: int | None = None,
         improvement_tolerance: float = 1e-3,
         num_candidates: int | None = None,
+        thompson: str = "joint",
+        incumbent: str = "observed",
         seed: int = 0,
         surrogate_spec: SurrogateSpec | None = None,
         candidate_set: Any = None,
@@ -162,7 +186,17 @@ class TurboGenerator(TorchGenerator):
                 f"region_state must be a dict, got {type(region_state).__name__}."
             )
         self.batch_size = batch_size
+        if thompson not in THOMPSON_SAMPLERS:
+            raise ValueError(
+                f"thompson must be one of {THOMPSON_SAMPLERS}, got {thompson!r}."
+            )
+        if incumbent not in INCUMBENTS:
+            raise ValueError(
+                f"incumbent must be one of {INCUMBENTS}, got {incumbent!r}."
+            )
         self.num_candidates = num_candidates
+        self.thompson = thompson
+        self.incumbent = incumbent
         self.seed = int(seed)
         configs = [] if surrogate_spec is None else surrogate_spec.model_configs
         self.model_options = dict(configs[0].model_options) if configs else {}
@@ -238,7 +272,7 @@ class TurboGenerator(TorchGenerator):
                 region_X, region_Y, warm_start=sketch,
                 **{"seed": self.seed, **self.model_options},
             )  # fmt: skip
-            state = self._update(state, model, region_X, seen - start)
+            state = self._update(state, model, region_X, region_Y, seen - start)
             if state.restart_triggered:
                 logger.info("turbo-bkb: region restarts after %d points.", num_obs)
                 state, start, sketch = restart_state(state), num_obs, None
@@ -253,6 +287,7 @@ class TurboGenerator(TorchGenerator):
             points = generate_batch(
                 model, state, X[start:], q, num_candidates=self.num_candidates,
                 seed=call_seed, library=self._unit_library(), feasible=feasible,
+                thompson=self.thompson, center=self._center(region_Y),
             )  # fmt: skip
         if points.shape[0] == 0:
             points = self._design(q, d, call_seed + state.restarts, feasible)
@@ -299,15 +334,29 @@ class TurboGenerator(TorchGenerator):
 
     # --------------------------------------------------------------- internals
     def _update(
-        self, state: TrustRegionState, model: NystromGP, X: Tensor, old: int
+        self,
+        state: TrustRegionState,
+        model: NystromGP,
+        X: Tensor,
+        Y: Tensor,
+        old: int,
     ) -> TrustRegionState:
         r"""Count the last batch (rows ``old:`` of the region) as a success or a
-        failure, comparing posterior means of the same model."""
+        failure, comparing posterior means of the same model (``incumbent="mean"``)
+        or the observed values (``"observed"``)."""
+        if self.incumbent == "observed":
+            best = lambda rows: float(Y[rows].max())  # noqa: E731
+        else:
+            best = lambda rows: incumbent(model, X[rows])[1]  # noqa: E731
         if old <= 0 or old >= X.shape[0]:  # first model of the region, or no batch
-            return replace(state, best_value=incumbent(model, X)[1])
-        _, before = incumbent(model, X[:old])
-        _, batch = incumbent(model, X[old:])
+            return replace(state, best_value=best(slice(None)))
+        before, batch = best(slice(None, old)), best(slice(old, None))
         return update_state(replace(state, best_value=before), batch)
+
+    def _center(self, Y: Tensor) -> int | None:
+        r"""The region's centre row: ``None`` (largest posterior mean) or the best
+        observation's row."""
+        return int(Y.reshape(-1).argmax()) if self.incumbent == "observed" else None
 
     def _hallucinate(self, model: NystromGP, config: TorchOptConfig) -> NystromGP:
         pending = config.pending_observations
@@ -421,9 +470,11 @@ def turbo_generator_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
     the region settings together: ``0 < length_min <= length_init <= length_max``).
     """
     settings = {key: opts[key] for key in TURBO_OPTIONS if key != "candidate_set"}
-    batch_size, num_candidates = (
+    batch_size, num_candidates, thompson, best = (
         settings.pop("batch_size"),
         settings.pop("num_candidates"),
+        settings.pop("thompson"),
+        settings.pop("incumbent"),
     )
     TrustRegionState(dim=1, batch_size=1, length=settings["length_init"], **settings)
     model_options = {"seed": opts["seed"]}
@@ -432,6 +483,8 @@ def turbo_generator_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
         **settings,
         "batch_size": batch_size,
         "num_candidates": num_candidates,
+        "thompson": thompson,
+        "incumbent": best,
         "candidate_set": opts.get("candidate_set"),
         "surrogate_spec": SurrogateSpec(
             model_configs=[

@@ -1,11 +1,12 @@
 r"""Trust-region Bayesian optimisation (TuRBO-1) on the sketched GP.
 
 The region's state machine (:mod:`~botorch_sketch.trust_region.state`) and its
-candidates by Thompson sampling through a ``NystromGP``
+candidates by Thompson sampling of a ``NystromGP``'s posterior
 (:mod:`~botorch_sketch.trust_region.candidates`).
 """
 
 from botorch_sketch.trust_region.candidates import (
+    THOMPSON_SAMPLERS,
     fit_region_model,
     generate_batch,
     incumbent,
@@ -20,6 +21,7 @@ from botorch_sketch.trust_region.state import (
 )
 
 __all__ = [
+    "THOMPSON_SAMPLERS",
     "TrustRegionState",
     "fit_region_model",
     "generate_batch",

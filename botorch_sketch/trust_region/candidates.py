@@ -11,15 +11,29 @@ TuRBO-1 (Eriksson et al., NeurIPS 2019, Sec. 3) on the unit cube ``[0, 1]^d``:
   candidate) and set to ``c_i`` otherwise, so in high dimension the candidates
   move along few coordinates at a time.
 - **Batch.** ``q`` Thompson samples of the posterior over the ``A`` candidates,
-  each contributing its maximiser, without repeats:
-  :class:`~botorch_sketch.generation.EmbeddingThompsonSampling`, ``O(A m)`` time
-  for a dictionary of ``m`` points (no ``A x A`` covariance).
+  each contributing its maximiser, without repeats. Two samplers
+  (``thompson``):
+
+  * ``"joint"`` (default): BoTorch's ``MaxPosteriorSampling``, a sample of the
+    model's joint posterior over the ``A`` candidates (the DTC covariance
+    ``k(x, x') - z(x)^T z(x') + z(x)^T A^{-1} z(x')``, root-decomposed by
+    gpytorch; ``O(A^2 m)`` time), as TuRBO does on the exact GP.
+  * ``"embedding"``: :class:`~botorch_sketch.generation.EmbeddingThompsonSampling`,
+    ``O(A m)`` time, no ``A x A`` matrix. Its Nyström residual
+    ``k(x, x) - ||z(x)||^2`` is drawn independently per candidate. Inside a
+    small region the candidates are close to each other and far (in the
+    lengthscale's units) from most data, so that residual is large and, being
+    independent, turns the maximum over ``A`` candidates into a maximum of
+    noise: the batch spreads over the region instead of following the
+    posterior's correlated structure. Use it only where the ``A x A`` joint
+    does not fit (a library of many rows); above
+    :data:`JOINT_MAX_CANDIDATES` candidates ``"joint"`` falls back to it.
 
 The model is a ``NystromGP`` on the region's data (:func:`fit_region_model`,
 warm-started from the previous model's sketch), so its cost stays
-``O(n m^2)`` instead of the exact GP's ``O(n^3)``. The incumbent is the observed
-point of largest posterior mean (:func:`incumbent`), not the largest noisy
-observation.
+``O(n m^2)`` instead of the exact GP's ``O(n^3)``. The centre is by default the
+observed point of largest posterior mean (:func:`incumbent`); ``center`` picks
+another row (e.g. the best observation, as TuRBO).
 """
 
 from __future__ import annotations
@@ -29,6 +43,7 @@ from typing import Any
 
 import torch
 from botorch.fit import fit_gpytorch_mll
+from botorch.generation import MaxPosteriorSampling
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from torch import Tensor
 from torch.quasirandom import SobolEngine
@@ -38,6 +53,8 @@ from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.trust_region.state import TrustRegionState
 
 __all__ = [
+    "JOINT_MAX_CANDIDATES",
+    "THOMPSON_SAMPLERS",
     "default_num_candidates",
     "fit_region_model",
     "generate_batch",
@@ -48,6 +65,10 @@ __all__ = [
 
 #: Expected number of perturbed coordinates per candidate (``min(1, 20 / d)``).
 PERTURBED_DIMS = 20.0
+#: Thompson samplers of :func:`generate_batch` (module docstring).
+THOMPSON_SAMPLERS = ("joint", "embedding")
+#: Above this many candidates ``"joint"`` sampling uses ``"embedding"`` instead.
+JOINT_MAX_CANDIDATES = 10_000
 
 
 def default_num_candidates(dim: int) -> int:
@@ -156,6 +177,8 @@ def generate_batch(
     seed: int | None = None,
     library: Tensor | None = None,
     feasible: Callable[[Tensor], Tensor] | None = None,
+    thompson: str = "joint",
+    center: int | None = None,
 ) -> Tensor:
     r"""``q`` new points in the trust region by Thompson sampling (maximisation).
 
@@ -174,6 +197,9 @@ def generate_batch(
             max-distance).
         feasible: Optional ``A x d -> A`` boolean mask of allowed candidates
             (e.g. parameter constraints, rows not taken yet).
+        thompson: ``"joint"`` or ``"embedding"`` (module docstring).
+        center: Row of ``X`` to centre the region on (``None``: the row of
+            largest posterior mean, :func:`incumbent`).
 
     Returns:
         A ``k x d`` tensor, ``k = min(q, allowed candidates)``, in the region
@@ -184,7 +210,18 @@ def generate_batch(
         raise ValueError(f"q must be a positive int, got {q!r}.")
     if model.num_outputs != 1:
         raise ValueError("generate_batch needs a single-output model.")
-    index, _ = incumbent(model, X)
+    if thompson not in THOMPSON_SAMPLERS:
+        raise ValueError(
+            f"thompson must be one of {THOMPSON_SAMPLERS}, got {thompson!r}."
+        )
+    if center is None:
+        index, _ = incumbent(model, X)
+    elif isinstance(center, bool) or not isinstance(center, int):
+        raise TypeError(f"center must be an int row index, got {center!r}.")
+    elif not -X.shape[0] <= center < X.shape[0]:
+        raise ValueError(f"center={center} is not a row of the {X.shape[0]} rows.")
+    else:
+        index = center
     center = X[index].to(torch.float64)
     bounds = region_bounds(center, lengthscales(model), state.length)
     if library is None:
@@ -203,5 +240,24 @@ def generate_batch(
     k = min(q, candidates.shape[0])
     if k == 0:
         return candidates
+    if thompson == "joint" and candidates.shape[0] <= JOINT_MAX_CANDIDATES:
+        return joint_thompson(model, candidates, k, seed=seed)
     sampler = EmbeddingThompsonSampling(model, replacement=False, seed=seed)
     return sampler(candidates, num_samples=k)
+
+
+def joint_thompson(
+    model: NystromGP, candidates: Tensor, k: int, seed: int | None = None
+) -> Tensor:
+    r"""``k`` distinct maximisers of ``k`` samples of the joint posterior over the
+    ``A x d`` ``candidates`` (BoTorch's ``MaxPosteriorSampling``), seeded."""
+    sampler = MaxPosteriorSampling(model=model, replacement=False)
+    device = candidates.device
+    devices = []
+    if device.type == "cuda":
+        index = device.index
+        devices = [torch.cuda.current_device() if index is None else index]
+    with torch.random.fork_rng(devices=devices), torch.no_grad():
+        if seed is not None:
+            torch.manual_seed(seed)
+        return sampler(candidates, num_samples=k)

@@ -17,7 +17,11 @@ Noisy evaluations: with the raw best observed value as the incumbent, one lucky
 noisy draw counts as a success and then blocks every later success (the
 incumbent sits above the function's true best). Callers with noise should pass
 posterior means at the observed points (``best_value`` and ``batch_best`` of the
-same model), as :mod:`botorch_sketch.ax.turbo` does; the relative tolerance
+same model), as :mod:`botorch_sketch.ax.turbo` does with ``incumbent="mean"``.
+Posterior means have their own cost: on a rugged function they smooth real
+improvements away (more failures, faster shrinking) and centre the region off
+the best point, so with noise small against the function's differences the
+published rule (observed values) is the default there. The relative tolerance
 ``1e-3 |b|`` depends on the units (and vanishes near ``b = 0``), as published.
 """
 

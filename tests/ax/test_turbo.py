@@ -61,10 +61,18 @@ def test_bad_options_fail_in_get_generation_strategy(options, message):
         get_generation_strategy("turbo-bkb", **options)
 
 
-def test_batches_stay_in_the_bounds_and_restart():
+@pytest.mark.parametrize(
+    "thompson, incumbent", [("joint", "mean"), ("embedding", "observed")]
+)
+def test_batches_stay_in_the_bounds_and_restart(thompson, incumbent):
     # length_min = 0.5: the first shrink restarts the region.
     client = make_client(
-        "turbo-bkb", initialization_budget=4, length_min=0.5, num_candidates=200
+        "turbo-bkb",
+        initialization_budget=4,
+        length_min=0.5,
+        num_candidates=200,
+        thompson=thompson,
+        incumbent=incumbent,
     )
     run_trials(client, "branin", total=4)
     restarts, lengths = [], []

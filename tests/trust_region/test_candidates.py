@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from botorch_sketch.trust_region import (
+    THOMPSON_SAMPLERS,
     TrustRegionState,
     fit_region_model,
     generate_batch,
@@ -45,14 +46,21 @@ def test_candidates_perturb_a_subset_of_coordinates_inside_the_bounds():
     torch.testing.assert_close(X, perturbed_candidates(center, bounds, 2000, seed=0))
 
 
+@pytest.mark.parametrize("thompson", THOMPSON_SAMPLERS)
 @pytest.mark.parametrize("length", [0.05, 0.8, 1.6])
-def test_batch_is_inside_the_region_and_the_cube(length):
+def test_batch_is_inside_the_region_and_the_cube(length, thompson):
     g = torch.Generator().manual_seed(0)
     X = torch.rand(40, 3, generator=g, dtype=torch.float64)
     Y = -((X - 0.8) ** 2).sum(-1, keepdim=True)
     model = fit_region_model(X, Y, seed=0)
     state = TrustRegionState(dim=3, batch_size=5, length=length, length_max=1.6)
-    batch = generate_batch(model, state, X, 5, num_candidates=500, seed=1)
+    batch = generate_batch(
+        model, state, X, 5, num_candidates=500, seed=1, thompson=thompson
+    )
+    again = generate_batch(
+        model, state, X, 5, num_candidates=500, seed=1, thompson=thompson
+    )
+    torch.testing.assert_close(batch, again)  # seeded
     index, value = incumbent(model, X)
     bounds = region_bounds(X[index], lengthscales(model), length)
     assert batch.shape == (5, 3) and torch.unique(batch, dim=0).shape[0] == 5
@@ -64,8 +72,28 @@ def test_batch_is_inside_the_region_and_the_cube(length):
     assert value == pytest.approx(mean)
 
 
+def test_center_picks_the_row_the_region_is_centred_on():
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(30, 2, generator=g, dtype=torch.float64)
+    model = fit_region_model(X, -((X - 0.3) ** 2).sum(-1, keepdim=True), seed=0)
+    state = TrustRegionState(dim=2, batch_size=4, length=0.1)
+    far = int(((X - 0.3) ** 2).sum(-1).argmax())  # not the incumbent
+    batch = generate_batch(model, state, X, 4, num_candidates=200, seed=0, center=far)
+    bounds = region_bounds(X[far], lengthscales(model), 0.1)
+    assert bool((batch >= bounds[0] - 1e-12).all())
+    assert bool((batch <= bounds[1] + 1e-12).all())
+    with pytest.raises(ValueError, match="center=30"):
+        generate_batch(model, state, X, 4, center=30)
+    with pytest.raises(TypeError, match="center must be an int"):
+        generate_batch(model, state, X, 4, center=1.0)
+
+
 def test_generate_batch_rejects_bad_q():
     X = torch.rand(10, 2, dtype=torch.float64)
     model = fit_region_model(X, X.sum(-1, keepdim=True), seed=0)
     with pytest.raises(ValueError, match="q must"):
         generate_batch(model, TrustRegionState(dim=2, batch_size=1), X, 0)
+    with pytest.raises(ValueError, match="thompson must be one of"):
+        generate_batch(
+            model, TrustRegionState(dim=2, batch_size=1), X, 1, thompson="exact"
+        )
