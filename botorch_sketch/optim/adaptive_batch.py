@@ -113,7 +113,11 @@ from botorch_sketch.optim.adaptive_batch_inputs import (
     AdaptiveBatchInputs,
     StepOptimizer,
 )
-from botorch_sketch.optim.new_points import new_point_step, observed_inputs
+from botorch_sketch.optim.new_points import (
+    NeighborhoodSearch,
+    new_point_step,
+    observed_inputs,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +174,7 @@ def optimize_acqf_adaptive_batch(
     reuse_restarts: bool = True,
     thompson_fill: float = 0.0,
     prefer_new_points: bool = True,
+    new_point_search: NeighborhoodSearch | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""Generate one BBKB batch whose size is chosen by a stopping rule.
 
@@ -251,6 +256,13 @@ def optimize_acqf_adaptive_batch(
             (:mod:`botorch_sketch.optim.new_points`). ``False``: the plain
             argmax of the batch UCB. Ignored on a plain box and on ``choices``
             (there ``allow_repeats`` decides).
+        new_point_search: With ``prefer_new_points`` and a ``step_optimizer``
+            that rounds a relaxed maximiser (so that it may land on a taken
+            point whose lower bound it never saw), the search over valid points
+            for the best new point, which replaces a taken one unless the taken
+            point's lower bound is higher
+            (:class:`~botorch_sketch.optim.new_points.NeighborhoodSearch`).
+            ``None``: the step optimiser's point is kept.
 
     Returns:
         ``(candidates, acq_values)``: a ``k x d`` tensor of points in selection order
@@ -287,6 +299,7 @@ def optimize_acqf_adaptive_batch(
         reuse_restarts=reuse_restarts,
         thompson_fill=thompson_fill,
         prefer_new_points=prefer_new_points,
+        new_point_search=new_point_search,
     )
     if inputs.choices is not None:
         return _batch_from_choices(inputs)
@@ -373,9 +386,15 @@ def _batch_on_domain(inputs: AdaptiveBatchInputs) -> tuple[Tensor, Tensor]:
             x, value = inputs.step_optimizer(acqf, step)
             x, value = x.detach().reshape(-1).to(dtype), value.detach().reshape(())
         else:
-            x, value = new_point_step(acqf, inputs.step_optimizer, step, taken)
+            x, value = new_point_step(
+                acqf,
+                inputs.step_optimizer,
+                step,
+                taken,
+                inputs.new_point_search,
+                batch=torch.stack(points).to(taken) if points else None,
+            )
             x, value = x.to(dtype), value.to(dtype)
-            taken = torch.cat([taken, x.unsqueeze(0).to(taken)])
         arm = state.add_point(step, x)
         points.append(x)
         values.append(value)
