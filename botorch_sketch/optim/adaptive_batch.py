@@ -59,8 +59,9 @@ Domains:
   workers, would be one point repeated;
 - any domain through a caller's ``step_optimizer`` (Ax's discrete, mixed or
   constrained optimisers): each step takes the best point not yet evaluated,
-  pending or in the batch, and proposes a taken one again only when the model
-  is sure it beats every new point (``prefer_new_points``,
+  pending or in the batch, and proposes an evaluated or pending one again only
+  when the model is sure it beats every new point, never twice in one batch
+  while a new point is found (``prefer_new_points``, ``new_point_search``,
   :mod:`botorch_sketch.optim.new_points`);
 - a finite set (``choices``): BBKB's finite-arm engine. The batch UCB over the
   rows becomes a frozen engine state
@@ -251,8 +252,9 @@ def optimize_acqf_adaptive_batch(
 
         prefer_new_points: With a ``step_optimizer``, each step takes the best
             point not yet evaluated (the model's training inputs), pending or in
-            the batch, and proposes such a point again only when its lower
-            confidence bound exceeds the best new point's UCB
+            the batch, and proposes an evaluated or pending point again only
+            when its lower confidence bound exceeds the best new point's UCB
+            (a point of the batch only when no new point is found)
             (:mod:`botorch_sketch.optim.new_points`). ``False``: the plain
             argmax of the batch UCB. Ignored on a plain box and on ``choices``
             (there ``allow_repeats`` decides).
@@ -331,7 +333,8 @@ def _batch_on_domain(inputs: AdaptiveBatchInputs) -> tuple[Tensor, Tensor]:
 
     With a ``step_optimizer`` (discrete, mixed or constrained domains) every step
     takes the best point not yet evaluated, pending or in the batch, unless the
-    model is sure a repeat is better (:func:`_prefer_new_point`).
+    model is sure a repeat is better
+    (:func:`~botorch_sketch.optim.new_points.new_point_step`).
     """
     model, rule, seed = inputs.model, inputs.rule, inputs.seed
     dtype = model.compute_dtype

@@ -87,14 +87,8 @@ def matches_any(X: Tensor, taken: Tensor, chunk: int = 4096) -> Tensor:
 
 
 def _unique_rows(X: Tensor) -> Tensor:
-    r"""The rows of ``X`` without exact duplicates, first occurrence kept."""
-    if X.shape[0] == 0:
-        return X
-    keep = [0]
-    for i in range(1, X.shape[0]):
-        if not bool(matches_any(X[i : i + 1], X[keep]).any()):
-            keep.append(i)
-    return X[keep]
+    r"""The rows of ``X`` without exact duplicates (sorted)."""
+    return torch.unique(X, dim=0) if X.shape[0] > 0 else X
 
 
 @dataclass
@@ -154,10 +148,14 @@ class NeighborhoodSearch:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}.")
 
     def neighbors(self, x: Tensor) -> Tensor:
-        r"""The valid points one move away from ``x`` (``d``), ``k x d``."""
+        r"""The valid points one move away from ``x`` (``d``), ``k x d``.
+
+        A move of a discrete coordinate to one of its choices is valid as it
+        is; only the other moves go through ``project``.
+        """
         bounds = self.bounds.to(x)
         span = (bounds[1] - bounds[0]).clamp_min(1.0)
-        moved = []
+        moved, relaxed = [], []
         for j in range(x.shape[-1]):
             if j in self.choices:
                 values = [float(v) for v in self.choices[j]]
@@ -167,10 +165,12 @@ class NeighborhoodSearch:
                 if abs(v - float(x[j])) > SAME_POINT_ATOL:
                     y = x.clone()
                     y[j] = v
-                    moved.append(y)
+                    (moved if j in self.choices else relaxed).append(y)
+        if relaxed:
+            moved.extend(self._valid(torch.stack(relaxed)).unbind(0))
         if not moved:
             return x.new_zeros(0, x.shape[-1])
-        return self._valid(torch.stack(moved))
+        return torch.stack(moved)
 
     def _valid(self, X: Tensor) -> Tensor:
         if self.project is not None:
