@@ -40,6 +40,13 @@ Options (``acquisition_options`` of the generator, stored in Ax JSON):
   greedy points; ignored (logged) on mixed, discrete or constrained domains and
   on candidate sets, where every point is greedy.
 
+On a mixed, discrete or constrained domain each greedy step is Ax's own
+optimisation of the batch UCB, and a step proposes a point already observed,
+pending or earlier in the batch only when its lower confidence bound beats the
+UCB of the best new point found
+(:mod:`~botorch_sketch.optim.new_points`; without parameter constraints, a
+local search over valid points looks for that new point).
+
 The optimiser options Ax forwards (``num_restarts``, ``raw_samples``, ``options``)
 are used on a box.
 """
@@ -65,6 +72,7 @@ from botorch_sketch.optim.adaptive_batch import (
     StepOptimizer,
     optimize_acqf_adaptive_batch,
 )
+from botorch_sketch.optim.new_points import NeighborhoodSearch
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +168,7 @@ class AdaptiveBatchAcquisition(Acquisition):
         acqf: BatchUpperConfidenceBound = self.acqf
         seed = int(self._option("seed")) + _num_rows(self.X_observed)
         seed += _num_rows(self.X_pending)
-        step_optimizer, reference = None, None
+        step_optimizer, reference, search = None, None, None
         if choices is None and not _is_plain_box(
             search_space_digest,
             inequality_constraints,
@@ -186,6 +194,14 @@ class AdaptiveBatchAcquisition(Acquisition):
                 rounding_func,
                 inequality_constraints,
             )
+            search = _new_point_search(
+                search_space_digest,
+                bounds,
+                reference,
+                rounding_func,
+                fixed_features,
+                bool(inequality_constraints or equality_constraints),
+            )
         candidates, values = optimize_acqf_adaptive_batch(
             self._model,
             bounds=bounds,
@@ -205,6 +221,7 @@ class AdaptiveBatchAcquisition(Acquisition):
             min_batch_size=min(int(self._option("min_batch_size")), max_batch_size),
             step_optimizer=step_optimizer,
             reference_points=reference,
+            new_point_search=search,
             reuse_restarts=bool(self._option("reuse_restarts")),
             thompson_fill=self._thompson_fill(
                 choices is None and step_optimizer is None
@@ -311,6 +328,32 @@ def _is_plain_box(
         or inequality_constraints
         or equality_constraints
         or fixed_features
+    )
+
+
+def _new_point_search(
+    ssd: SearchSpaceDigest,
+    bounds: Tensor,
+    pool: Tensor,
+    rounding_func: Callable[[Tensor], Tensor] | None,
+    fixed_features: dict[int, float] | None,
+    constrained: bool,
+) -> NeighborhoodSearch | None:
+    r"""The search for a new point when Ax's rounded optimum is a taken point.
+
+    Moves over the digest's discrete choices and, through Ax's
+    ``rounding_func``, over the other columns (one-hot encoded categories);
+    fixed features keep their value. It starts from the local rule's reference
+    points (already on the domain). ``None`` under parameter constraints, which
+    its moves do not keep.
+    """
+    if constrained:
+        return None
+    choices = {int(j): list(v) for j, v in ssd.discrete_choices.items()}
+    for j, value in (fixed_features or {}).items():
+        choices[int(j)] = [value]
+    return NeighborhoodSearch(
+        bounds=bounds, choices=choices, pool=pool, project=rounding_func
     )
 
 

@@ -63,8 +63,9 @@ Domains:
   workers, would be one point repeated;
 - any domain through a caller's ``step_optimizer`` (Ax's discrete, mixed or
   constrained optimisers): each step takes the best point not yet evaluated,
-  pending or in the batch, and proposes a taken one again only when the model
-  is sure it beats every new point (``prefer_new_points``,
+  pending or in the batch, and proposes an evaluated or pending one again only
+  when the model is sure it beats every new point, never twice in one batch
+  while a new point is found (``prefer_new_points``, ``new_point_search``,
   :mod:`botorch_sketch.optim.new_points`);
 - a finite set (``choices``): BBKB's finite-arm engine. The batch UCB over the
   rows becomes a frozen engine state
@@ -118,7 +119,11 @@ from botorch_sketch.optim.adaptive_batch_inputs import (
     AdaptiveBatchInputs,
     StepOptimizer,
 )
-from botorch_sketch.optim.new_points import new_point_step, observed_inputs
+from botorch_sketch.optim.new_points import (
+    NeighborhoodSearch,
+    new_point_step,
+    observed_inputs,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -189,6 +194,7 @@ def optimize_acqf_adaptive_batch(
     reuse_restarts: bool = True,
     thompson_fill: float = DEFAULT_THOMPSON_FILL,
     prefer_new_points: bool = True,
+    new_point_search: NeighborhoodSearch | None = None,
 ) -> tuple[Tensor, Tensor]:
     r"""Generate one BBKB batch whose size is chosen by a stopping rule.
 
@@ -265,11 +271,19 @@ def optimize_acqf_adaptive_batch(
 
         prefer_new_points: With a ``step_optimizer``, each step takes the best
             point not yet evaluated (the model's training inputs), pending or in
-            the batch, and proposes such a point again only when its lower
-            confidence bound exceeds the best new point's UCB
+            the batch, and proposes an evaluated or pending point again only
+            when its lower confidence bound exceeds the best new point's UCB
+            (a point of the batch only when no new point is found)
             (:mod:`botorch_sketch.optim.new_points`). ``False``: the plain
             argmax of the batch UCB. Ignored on a plain box and on ``choices``
             (there ``allow_repeats`` decides).
+        new_point_search: With ``prefer_new_points`` and a ``step_optimizer``
+            that rounds a relaxed maximiser (so that it may land on a taken
+            point whose lower bound it never saw), the search over valid points
+            for the best new point, which replaces a taken one unless the taken
+            point's lower bound is higher
+            (:class:`~botorch_sketch.optim.new_points.NeighborhoodSearch`).
+            ``None``: the step optimiser's point is kept.
 
     Returns:
         ``(candidates, acq_values)``: a ``k x d`` tensor of points in selection order
@@ -306,6 +320,7 @@ def optimize_acqf_adaptive_batch(
         reuse_restarts=reuse_restarts,
         thompson_fill=thompson_fill,
         prefer_new_points=prefer_new_points,
+        new_point_search=new_point_search,
     )
     if inputs.choices is not None:
         return _batch_from_choices(inputs)
@@ -337,7 +352,8 @@ def _batch_on_domain(inputs: AdaptiveBatchInputs) -> tuple[Tensor, Tensor]:
 
     With a ``step_optimizer`` (discrete, mixed or constrained domains) every step
     takes the best point not yet evaluated, pending or in the batch, unless the
-    model is sure a repeat is better (:func:`_prefer_new_point`).
+    model is sure a repeat is better
+    (:func:`~botorch_sketch.optim.new_points.new_point_step`).
     """
     model, rule, seed = inputs.model, inputs.rule, inputs.seed
     dtype = model.compute_dtype
@@ -392,9 +408,15 @@ def _batch_on_domain(inputs: AdaptiveBatchInputs) -> tuple[Tensor, Tensor]:
             x, value = inputs.step_optimizer(acqf, step)
             x, value = x.detach().reshape(-1).to(dtype), value.detach().reshape(())
         else:
-            x, value = new_point_step(acqf, inputs.step_optimizer, step, taken)
+            x, value = new_point_step(
+                acqf,
+                inputs.step_optimizer,
+                step,
+                taken,
+                inputs.new_point_search,
+                batch=torch.stack(points).to(taken) if points else None,
+            )
             x, value = x.to(dtype), value.to(dtype)
-            taken = torch.cat([taken, x.unsqueeze(0).to(taken)])
         arm = state.add_point(step, x)
         points.append(x)
         values.append(value)

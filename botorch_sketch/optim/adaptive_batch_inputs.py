@@ -26,6 +26,7 @@ from botorch_sketch.bbkb.config import BBKBConfig
 from botorch_sketch.bbkb.stopping import StoppingRule, make_rule
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.models.validation import check_seed
+from botorch_sketch.optim.new_points import NeighborhoodSearch
 
 __all__ = [
     "DEFAULT_C",
@@ -79,6 +80,7 @@ class AdaptiveBatchInputs:
     reuse_restarts: bool = True
     thompson_fill: float = DEFAULT_THOMPSON_FILL
     prefer_new_points: bool = True
+    new_point_search: NeighborhoodSearch | None = None
 
     def __post_init__(self) -> None:
         r"""Check every field; resolve ``rule`` and ``seed``."""
@@ -121,6 +123,7 @@ class AdaptiveBatchInputs:
                 + ("choices." if self.choices is not None else "a step_optimizer.")
             )
         self._check_domain()
+        self._check_search()
         self.rule = _resolve_rule(self.rule, self.C)
         if self.seed is None:
             self.seed = int(torch.randint(2**31 - 1, (1,)))
@@ -135,6 +138,23 @@ class AdaptiveBatchInputs:
         r"""The greedy sequence's own floor; Thompson samples fill the rest."""
         fill = math.floor(self.thompson_fill * (self.min_batch_size - 1))
         return self.min_batch_size - fill
+
+    def _check_search(self) -> None:
+        search = self.new_point_search
+        if search is None:
+            return
+        if not isinstance(search, NeighborhoodSearch):
+            raise TypeError(
+                "new_point_search must be a NeighborhoodSearch, got "
+                f"{type(search).__name__}."
+            )
+        if self.step_optimizer is None:
+            raise ValueError("new_point_search needs a step_optimizer.")
+        if search.bounds.shape[-1] != self.d:
+            raise ValueError(
+                f"new_point_search has dimension {search.bounds.shape[-1]} but the "
+                f"model has d={self.d}."
+            )
 
     def _check_domain(self) -> None:
         d = self.d
