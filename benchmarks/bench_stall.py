@@ -17,6 +17,8 @@ Variants (``--variant``) set module constants of
 - ``far<p>``: ``THOMPSON_FAR_SHARE = p`` (e.g. ``far1`` or ``far0.75``);
 - ``basin<p>``: ``THOMPSON_BASIN_SHARE = p`` (``basin0``: no points in other
   basins than the incumbent's);
+- ``temp<t>``: the Thompson fill's samples tempered, ``mu + t (f - mu)`` (a
+  posterior ``t`` times wider for the fill only);
 - several of these joined by ``+`` (e.g. ``basin0.5+far0.25``).
 
 Writes one row per (variant, seed) to ``stall_hartmann6.csv`` (appending) and
@@ -41,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import harness  # noqa: E402
+import torch  # noqa: E402
 from ax_hartmann import complete, new_client, next_trials, quiet, set_strategy  # noqa: E402
 
 import botorch_sketch.optim.adaptive_batch as adaptive_batch  # noqa: E402
@@ -61,8 +64,35 @@ def apply_variant(variant: str) -> None:
             adaptive_batch.THOMPSON_FAR_SHARE = float(part[3:])
         elif part.startswith("basin"):
             adaptive_batch.THOMPSON_BASIN_SHARE = float(part[5:])
+        elif part.startswith("temp"):
+            adaptive_batch.EmbeddingThompsonSampling = _tempered(float(part[4:]))
         else:
             raise ValueError(f"unknown variant {variant!r}")
+
+
+def _tempered(temperature: float) -> type:
+    """The fill's sampler with samples ``mu + temperature (f - mu)`` (a wider
+    posterior for the Thompson fill only; the greedy part keeps its UCB)."""
+    base = adaptive_batch.EmbeddingThompsonSampling
+
+    class Tempered(base):
+        def forward(self, X, num_samples=1):  # noqa: ANN001, ANN201
+            model = self.model
+            original = model.sample_latent
+
+            def sample_latent(Xc, n, **kwargs):  # noqa: ANN001, ANN202
+                draws = original(Xc, n, **kwargs)
+                with torch.no_grad():
+                    mean = model.posterior(Xc).mean.to(draws)
+                return mean + temperature * (draws - mean)
+
+            model.sample_latent = sample_latent
+            try:
+                return super().forward(X, num_samples)
+            finally:
+                del model.sample_latent
+
+    return Tempered
 
 
 def run_seed(seed: int, trials: int, noise_sd: float) -> dict:
