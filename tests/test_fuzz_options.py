@@ -29,7 +29,6 @@ CASES = 40  # draws per entry point
 
 #: Values no numeric option accepts.
 NOT_A_NUMBER = ["a", [], None, float("nan"), float("inf")]
-NOT_AN_INT = [True, 1.5, "3", float("nan")]
 
 
 def data(n: int = 30, d: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,16 +111,16 @@ def assert_refused(
     assert name in str(info.value), (name, kwargs.get(name), str(info.value))
 
 
+#: Options that may go with an explicit dictionary_policy / fit_options object.
+NYSTROM_POLICY_FREE = {"refit_max_iterations"}
+
+
 def test_nystrom_gp_constructor():
     X, Y = data()
     for name, value, others in draw_cases(NYSTROM, seed=0):
         if name in ("dictionary_policy", "fit_options"):
             others = {k: v for k, v in others.items() if k in NYSTROM_POLICY_FREE}
         assert_refused(NystromGP, (X, Y), {**others, name: value}, name)
-
-
-#: Options that may go with an explicit dictionary_policy / fit_options object.
-NYSTROM_POLICY_FREE = {"refit_max_iterations"}
 
 
 def test_bbkb_config_and_run_bbkb():

@@ -209,7 +209,6 @@ class TurboGenerator(TorchGenerator):
         self.surrogate = RegionData()
         self._X: Tensor | None = None
         self._Y: Tensor | None = None
-        self._columns: list[tuple[SupervisedDataset, int]] = []
         self._sign = 1.0
 
     # ------------------------------------------------------------------ Ax API
@@ -224,15 +223,11 @@ class TurboGenerator(TorchGenerator):
         Every outcome's dataset is kept (tracking metrics come with the
         objective); :meth:`gen` models the one its objective weights select.
         """
-        columns = [
-            (dataset, j) for dataset in datasets for j in range(dataset.Y.shape[-1])
-        ]
-        for dataset, _ in columns:
+        for dataset in datasets:
             if not bool(torch.isfinite(dataset.Y).all()):
                 raise ValueError("the observations contain NaN or infinite values.")
         self._bounds = torch.tensor(search_space_digest.bounds, dtype=torch.float64).T
         self.surrogate = RegionData(training_data=list(datasets))
-        self._columns = columns
         self._X = self._Y = None
 
     def gen(
@@ -242,10 +237,10 @@ class TurboGenerator(TorchGenerator):
         torch_opt_config: TorchOptConfig,
     ) -> TorchGenResults:
         r"""The next batch of ``min(n, batch_size)`` points."""
-        if not self._columns:
+        if not self.surrogate.training_data:
             raise RuntimeError("call fit() before gen().")
         sign, outcome = _objective(torch_opt_config)
-        dataset, column = self._columns[outcome]
+        dataset, column = _outcome_column(self.surrogate.training_data, outcome)
         self._X = self._unit(dataset.X.to(torch.float64))
         self._Y = dataset.Y[..., column : column + 1].to(torch.float64)
         self._sign = sign
@@ -445,6 +440,20 @@ def min_region_points(dim: int) -> int:
 
 def _sobol(num: int, dim: int, seed: int) -> Tensor:
     return SobolEngine(dim, scramble=True, seed=seed).draw(num).to(torch.float64)
+
+
+def _outcome_column(
+    datasets: Sequence[SupervisedDataset], outcome: int
+) -> tuple[SupervisedDataset, int]:
+    r"""The dataset holding outcome ``outcome`` (Ax's outcome order: the datasets'
+    ``Y`` columns one after another) and its column there."""
+    column = outcome
+    for dataset in datasets:
+        width = dataset.Y.shape[-1]
+        if column < width:
+            return dataset, column
+        column -= width
+    raise ValueError(f"no dataset holds outcome {outcome}.")
 
 
 def _objective(config: TorchOptConfig) -> tuple[float, int]:

@@ -25,7 +25,7 @@ from botorch_sketch.acquisition.bbkb import (
 from botorch_sketch.bbkb.config import BBKBConfig
 from botorch_sketch.bbkb.stopping import StoppingRule, make_rule
 from botorch_sketch.models.nystrom import NystromGP
-from botorch_sketch.models.validation import check_seed
+from botorch_sketch.models.validation import check_nonnegative_number, check_seed
 from botorch_sketch.optim.new_points import NeighborhoodSearch
 
 __all__ = [
@@ -101,11 +101,7 @@ class AdaptiveBatchInputs:
         _check_int("min_batch_size", self.min_batch_size, 1, self.max_batch_size)
         _check_int("num_reference_points", self.num_reference_points, 1)
         check_seed(self.seed)
-        alpha = self.alpha
-        if isinstance(alpha, bool) or not (
-            isinstance(alpha, int | float) and math.isfinite(alpha) and alpha >= 0
-        ):
-            raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}.")
+        check_nonnegative_number(self.alpha, "alpha")
         if self.hallucination not in HALLUCINATIONS:
             raise ValueError(
                 f"hallucination must be one of {HALLUCINATIONS}, got "
