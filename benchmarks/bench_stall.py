@@ -15,8 +15,11 @@ Variants (``--variant``) set module constants of
   Thompson fill over all candidates);
 - ``no-far``: ``THOMPSON_FAR_SHARE = 0`` explicitly;
 - ``far<p>``: ``THOMPSON_FAR_SHARE = p`` (e.g. ``far1`` or ``far0.75``);
-- ``basin<p>``: ``THOMPSON_BASIN_SHARE = p`` (``basin0``: no points in other
-  basins than the incumbent's);
+- ``basin<p>`` / ``hv-basin<p>``: ``THOMPSON_BASIN_SHARE = p`` (``basin0``: no
+  points in other basins than the incumbent's, the default before the
+  hill-valley basins; the CSV's ``basin0.25`` rows are from the distance rule
+  that the hill-valley test replaced, its ``hv-basin0.25`` rows from the
+  hill-valley rule, now the default);
 - ``temp<t>``: the Thompson fill's samples tempered, ``mu + t (f - mu)`` (a
   posterior ``t`` times wider for the fill only);
 - several of these joined by ``+`` (e.g. ``basin0.5+far0.25``).
@@ -62,6 +65,8 @@ def apply_variant(variant: str) -> None:
             adaptive_batch.THOMPSON_FAR_SHARE = 0.0
         elif part.startswith("far"):
             adaptive_batch.THOMPSON_FAR_SHARE = float(part[3:])
+        elif part.startswith("hv-basin"):
+            adaptive_batch.THOMPSON_BASIN_SHARE = float(part[8:])
         elif part.startswith("basin"):
             adaptive_batch.THOMPSON_BASIN_SHARE = float(part[5:])
         elif part.startswith("temp"):

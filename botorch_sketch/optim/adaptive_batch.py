@@ -35,12 +35,14 @@ the price of the rule's guarantee for those extra points (an extension). With
 points of a filled batch (fewer when the rule's own batch is longer) are instead
 the maximisers of independent posterior samples (parallel Thompson sampling,
 Kandasamy et al., AISTATS 2018) over a candidate set
-(:func:`thompson_fill_points`). A share ``THOMPSON_BASIN_SHARE`` of them (0 by
-default) can go to other basins than the incumbent's: the best observed point of
-each of a few regions apart from better points (:func:`basin_centers`) gets local
-Thompson steps, so that a region that holds a good but not the best point keeps
-being refined while the greedy UCB sits in the incumbent's basin (a multi-start
-local search inside every filled batch). Likewise a share ``THOMPSON_FAR_SHARE``
+(:func:`thompson_fill_points`). A share ``THOMPSON_BASIN_SHARE`` of them (a
+quarter) goes to other basins than the incumbent's: the basins of the posterior
+mean are told apart by the hill-valley test
+(:func:`~botorch_sketch.optim.basins.hill_valley_centers`), and the best training
+point of each of the next few basins gets local Thompson steps, so that a basin
+the search has touched but not refined keeps being refined while the greedy UCB
+sits in the incumbent's (a multi-start local search inside every filled batch).
+Likewise a share ``THOMPSON_FAR_SHARE``
 (0 by default) can be drawn only from Sobol candidates away from the best
 observed points. The
 Ax strategies use ``f = 0.5``; here the default is ``0``. Measurements of these
@@ -119,6 +121,7 @@ from botorch_sketch.optim.adaptive_batch_inputs import (
     AdaptiveBatchInputs,
     StepOptimizer,
 )
+from botorch_sketch.optim.basins import hill_valley_centers
 from botorch_sketch.optim.new_points import (
     NeighborhoodSearch,
     new_point_step,
@@ -132,7 +135,6 @@ __all__ = [
     "DEFAULT_THOMPSON_FILL",
     "AdaptiveBatchInputs",
     "StepOptimizer",
-    "basin_centers",
     "optimize_acqf_adaptive_batch",
     "thompson_fill_points",
 ]
@@ -156,18 +158,20 @@ THOMPSON_SEED_OFFSET = 104_729
 #: Off by default.
 THOMPSON_FAR_SHARE = 0.0
 THOMPSON_FAR_RADIUS = 0.2
-#: Share of the Thompson fill spent on other basins than the incumbent's
-#: (:func:`basin_centers`): up to ``THOMPSON_BASIN_CENTERS`` best observed points,
-#: each farther than ``THOMPSON_FAR_RADIUS * sqrt(d)`` (unit cube) from every
-#: better centre, the first (the incumbent) excluded; the share's points go to
-#: them in turn, each the maximiser of a posterior sample over
+#: Share of the Thompson fill spent on other basins than the incumbent's: the
+#: training points, ranked by posterior mean, are grouped by the hill-valley test
+#: on the mean (:func:`~botorch_sketch.optim.basins.hill_valley_centers`); the best
+#: point of each of the ``THOMPSON_BASIN_CENTERS`` basins after the incumbent's
+#: gets the share's points in turn, each the maximiser of a posterior sample over
 #: ``THOMPSON_BASIN_PER_CENTER`` Gaussian steps of ``THOMPSON_BASIN_STEP`` x the
-#: box side around its centre (a local Thompson step in each other basin).
-#: Off by default.
-THOMPSON_BASIN_SHARE = 0.0
+#: box side around it (a local Thompson step in each other basin).
+THOMPSON_BASIN_SHARE = 0.25
 THOMPSON_BASIN_CENTERS = 3
 THOMPSON_BASIN_PER_CENTER = 256
 THOMPSON_BASIN_STEP = 0.1
+#: Depth a dip of the posterior mean must exceed to separate two basins, as a
+#: fraction of the mean's range over the training points.
+BASIN_TOLERANCE = 0.01
 
 
 def optimize_acqf_adaptive_batch(
@@ -482,12 +486,12 @@ def thompson_fill_points(
     (:class:`~botorch_sketch.generation.thompson.EmbeddingThompsonSampling`,
     ``O(A m)`` per sample, no ``A x A`` covariance). The first
     ``floor(THOMPSON_BASIN_SHARE * num_points)`` points are local steps in other
-    basins than the incumbent's: the centres of :func:`basin_centers` after the
-    first take them in turn, each the maximiser of a sample over
-    ``THOMPSON_BASIN_PER_CENTER`` Gaussian steps of ``THOMPSON_BASIN_STEP`` times
-    the box side around its centre (none when every training point lies near the
-    incumbent). The samples are drawn from the model's posterior as it is:
-    pending points are not hallucinated.
+    basins of the posterior mean than the incumbent's (:func:`_basin_points`):
+    the best training point of each such basin takes them in turn, each the
+    maximiser of a sample over ``THOMPSON_BASIN_PER_CENTER`` Gaussian steps of
+    ``THOMPSON_BASIN_STEP`` times the box side around it (none when the mean has
+    one basin over the training points). The samples are drawn from the model's
+    posterior as it is: pending points are not hallucinated.
 
     Args:
         model: A single-output, unbatched ``NystromGP``.
@@ -549,46 +553,6 @@ def thompson_fill_points(
     return torch.cat(picked)
 
 
-def basin_centers(
-    X: Tensor, scores: Tensor, bounds: Tensor, num_centers: int
-) -> Tensor:
-    r"""The best point of each of up to ``num_centers`` separate regions.
-
-    Greedy: the best-scoring point of ``X`` first, then repeatedly the best
-    point farther than ``THOMPSON_FAR_RADIUS * sqrt(d)`` (Euclidean, box scaled
-    to the unit cube) from every centre chosen so far, until ``num_centers``
-    are chosen or no point is left. ``O(num_centers n d)``.
-
-    Args:
-        X: ``n x d`` points.
-        scores: ``n`` scores, larger is better.
-        bounds: ``2 x d`` box bounds.
-        num_centers: Largest number of centres ``>= 1``.
-
-    Returns:
-        A ``k x d`` tensor of rows of ``X``, best first, ``k <= num_centers``.
-    """
-    if isinstance(num_centers, bool) or not (
-        isinstance(num_centers, int) and num_centers >= 1
-    ):
-        raise ValueError(f"num_centers must be a positive int, got {num_centers!r}.")
-    if X.dim() != 2 or scores.shape != X.shape[:1]:
-        raise ValueError(
-            f"X must be n x d and scores n, got {tuple(X.shape)} and "
-            f"{tuple(scores.shape)}."
-        )
-    scale = (bounds[1] - bounds[0]).clamp_min(torch.finfo(bounds.dtype).tiny)
-    U = X / scale.to(X)
-    radius = THOMPSON_FAR_RADIUS * math.sqrt(X.shape[-1])
-    open_ = torch.ones(X.shape[0], dtype=torch.bool, device=X.device)
-    chosen = []
-    while len(chosen) < num_centers and bool(open_.any()):
-        best = int(torch.where(open_, scores, -math.inf).argmax())
-        chosen.append(best)
-        open_ &= (U - U[best]).norm(dim=-1) > radius
-    return X[chosen]
-
-
 def _basin_points(
     model: NystromGP,
     bounds: Tensor,
@@ -598,14 +562,23 @@ def _basin_points(
 ) -> list[Tensor]:
     r"""The fill's points in other basins than the incumbent's (``THOMPSON_BASIN_*``).
 
+    Basins of the posterior mean over the training points (hill-valley test,
+    :func:`~botorch_sketch.optim.basins.hill_valley_centers`, a dip deeper than
+    ``BASIN_TOLERANCE`` x the mean's range over them separates two points).
+
     Returns:
         A list of ``k_c x d`` tensors (one per centre that gets points; empty
         when ``num_points`` is 0 or no other basin has a training point).
     """
-    X, scores = _scored_inputs(model, transform)
+    X, _ = _scored_inputs(model, transform)
     if num_points < 1 or X.shape[0] == 0:
         return []
-    centers = basin_centers(X, scores, bounds, THOMPSON_BASIN_CENTERS + 1)[1:]
+    score_fn = _mean_scores(model, transform)
+    scores = score_fn(X)
+    tolerance = BASIN_TOLERANCE * float(scores.max() - scores.min())
+    found = hill_valley_centers(X, score_fn, THOMPSON_BASIN_CENTERS + 1, tolerance)
+    centers = X[found[1:]]
+    logger.debug("Thompson fill basin centres: %s.", centers.tolist())
     if centers.shape[0] == 0:
         return []
     counts = [0] * centers.shape[0]
@@ -630,6 +603,18 @@ def _basin_points(
         )
         picked.append(sampler(near, num_samples=count))
     return picked
+
+
+def _mean_scores(model: NystromGP, transform: ScalarizedPosteriorTransform):
+    r"""``Z (k x d) -> k`` posterior-mean scores of the scalarised objective
+    (larger is better), for :func:`~botorch_sketch.optim.basins.hill_valley_centers`."""
+
+    def score(Z: Tensor) -> Tensor:
+        with torch.no_grad():
+            mean = model.posterior(Z.to(model.compute_dtype)).mean
+        return mean @ transform.weights.to(mean) + transform.offset
+
+    return score
 
 
 def _scored_inputs(

@@ -6,6 +6,7 @@ from copy import deepcopy
 
 import pytest
 import torch
+from botorch.acquisition.objective import ScalarizedPosteriorTransform
 
 from botorch_sketch.acquisition import BatchUpperConfidenceBound
 from botorch_sketch.bbkb.stopping import GlobalLocalRule, GlobalRule, ProductRule
@@ -14,9 +15,9 @@ from botorch_sketch.optim import adaptive_batch, optimize_acqf_adaptive_batch
 from botorch_sketch.optim.adaptive_batch import (
     THOMPSON_SEED_OFFSET,
     _restart_points,
-    basin_centers,
     thompson_fill_points,
 )
+from botorch_sketch.optim.basins import hill_valley_centers
 
 DT = torch.float64
 BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=DT)
@@ -584,43 +585,49 @@ def test_thompson_fill_draws_its_far_share_away_from_the_best_points(
     assert num_far >= 1 and (dist[:num_far] > radius).all()
 
 
-def test_basin_centers_are_the_best_points_of_separate_regions():
-    """Greedy: the best point, then the best one farther than the radius from
-    every centre so far; bad arguments are named."""
-    X = torch.tensor(
-        [[0.1, 0.1], [0.15, 0.1], [0.9, 0.9], [0.85, 0.9], [0.1, 0.9]], dtype=DT
-    )
-    scores = torch.tensor([5.0, 4.0, 3.0, 3.5, 1.0], dtype=DT)
-    got = basin_centers(X, scores, BOUNDS, 5)
-    torch.testing.assert_close(got, X[[0, 3, 4]])  # 1 and 2 sit next to better ones
-    torch.testing.assert_close(basin_centers(X, scores, BOUNDS, 2), X[[0, 3]])
-    # Distances are taken in the box scaled to the unit cube.
-    wide = torch.tensor([[0.0, 0.0], [10.0, 10.0]], dtype=DT)
-    got = basin_centers(10 * X, scores, wide, 5)
-    torch.testing.assert_close(got, 10 * X[[0, 3, 4]])
-    for bad in (0, 1.5, True):
-        with pytest.raises(ValueError, match="num_centers must be a positive int"):
-            basin_centers(X, scores, BOUNDS, bad)
-    with pytest.raises(ValueError, match="scores"):
-        basin_centers(X, scores[:3], BOUNDS, 2)
+@pytest.fixture(scope="module")
+def two_bump_model():
+    """Two separate maxima: a high bump at (0.25, 0.25), a lower one at (0.75, 0.75)."""
+    g = torch.Generator().manual_seed(1)
+    X = torch.rand(80, 2, generator=g, dtype=DT)
+
+    def bump(c):
+        return torch.exp(-((X - torch.tensor(c, dtype=DT)) ** 2).sum(-1) / 0.02)
+
+    Y = (bump([0.25, 0.25]) + 0.7 * bump([0.75, 0.75])).unsqueeze(-1)
+    m = NystromGP(X, Y, seed=0, outcome_transform=None, exact_max_n=0)
+    m.covar_module.lengthscale = 0.12
+    m.likelihood.noise = 1e-3
+    m.eval()
+    return m
 
 
-def test_thompson_fill_spends_its_basin_share_in_other_basins(model, monkeypatch):
-    """The first floor(share x n) fill points lie next to the best points of
-    other regions than the incumbent's, every such centre getting its turn; all
-    points are distinct."""
+def test_thompson_fill_spends_its_basin_share_in_other_basins(
+    two_bump_model, monkeypatch
+):
+    """The first floor(share x n) fill points are local steps around the best
+    points of the posterior mean's other basins (hill-valley test), every such
+    centre getting its turn; without the share fewer go there."""
+    model = two_bump_model
     monkeypatch.setattr(adaptive_batch, "THOMPSON_FAR_SHARE", 0.0)
     monkeypatch.setattr(adaptive_batch, "THOMPSON_BASIN_SHARE", 0.5)
     monkeypatch.setattr(adaptive_batch, "THOMPSON_BASIN_STEP", 0.02)
     got = thompson_fill_points(model, BOUNDS, 8, seed=0)
     assert got.shape == (8, 2) and torch.unique(got, dim=0).shape[0] == 8
-    X, Y = model.train_inputs[0], model.train_targets
-    centers = basin_centers(X, Y, BOUNDS, adaptive_batch.THOMPSON_BASIN_CENTERS + 1)
-    assert centers.shape[0] >= 3  # the incumbent and at least two other regions
+    X = model.train_inputs[0]
+    transform = ScalarizedPosteriorTransform(torch.ones(1, dtype=DT))
+    score = adaptive_batch._mean_scores(model, transform)
+    found = hill_valley_centers(
+        X, score, adaptive_batch.THOMPSON_BASIN_CENTERS + 1, tolerance=0.01
+    )
+    centers = X[found]
+    assert float((centers[0] - 0.25).norm()) < 0.15  # the incumbent's bump
+    assert float((centers[1] - 0.75).norm()) < 0.15  # the other bump
     dist = torch.cdist(got[:4], centers)
-    assert (dist[:, 1:].min(-1).values < 0.1).all() and (dist[:, 0] > 0.2).all()
+    assert (dist[:, 1:].min(-1).values < 0.1).all() and (dist[:, 0] > 0.3).all()
     nearest = dist[:, 1:].argmin(-1)
-    assert set(nearest.tolist()) == set(range(centers.shape[0] - 1))  # in turn
+    assert set(nearest.tolist()) == set(range(min(4, centers.shape[0] - 1)))
     monkeypatch.setattr(adaptive_batch, "THOMPSON_BASIN_SHARE", 0.0)
     plain = thompson_fill_points(model, BOUNDS, 8, seed=0)
-    assert float((plain - centers[0]).norm(dim=-1).min()) < 0.2
+    near_others = torch.cdist(plain, centers[1:]).min(-1).values < 0.1
+    assert int(near_others.sum()) < 4  # the share, not chance, put them there
