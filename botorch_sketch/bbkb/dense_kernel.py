@@ -26,7 +26,13 @@ import torch
 from gpytorch.kernels import Kernel, RBFKernel, ScaleKernel
 from torch import Tensor
 
-__all__ = ["DenseKernel", "as_dense_kernel", "fixed_rbf_kernel", "kernel_copy"]
+__all__ = [
+    "DenseKernel",
+    "SquaredExponential",
+    "as_dense_kernel",
+    "fixed_rbf_kernel",
+    "kernel_copy",
+]
 
 
 class DenseKernel:
@@ -57,9 +63,14 @@ class DenseKernel:
         self.module = module
         self.dtype = dtype
         self.device = torch.device("cpu") if device is None else torch.device(device)
+        self._fast = SquaredExponential.of(module)
 
     def __call__(self, X1: Tensor, X2: Tensor) -> Tensor:
         r"""``k(X1, X2)``, a dense ``n1 x n2`` tensor for ``n1 x d`` and ``n2 x d``."""
+        fast = self._fast
+        K = None if fast is None else fast(X1, X2)
+        if K is not None:
+            return K
         with torch.no_grad(), gpytorch.settings.lazily_evaluate_kernels(False):
             return self.module(X1, X2).to_dense()
 
@@ -80,6 +91,75 @@ class DenseKernel:
 
     def __repr__(self) -> str:
         return f"DenseKernel({self.module!r}, dtype={self.dtype})"
+
+
+class SquaredExponential:
+    r"""``k(x, y) = s exp(-||(x - y) / l||^2 / 2)`` of a gpytorch Gaussian kernel,
+    evaluated without gpytorch's per-call machinery.
+
+    The same arithmetic as gpytorch's ``RBFKernel`` (and ``ScaleKernel``), in the
+    same order, so the values agree bit for bit: inputs divided by ``l`` (one
+    lengthscale or one per dimension) and centred on the mean of the first block,
+    ``||u - v||^2`` from one product of the blocks augmented with their squared
+    norms and ones, clamped at zero, an exact zero diagonal when the two scaled
+    blocks are equal, then ``exp(-d / 2)`` times ``s``. A ``k x A`` block costs
+    one ``k x (d + 2) x A`` product and one exponential per entry.
+
+    Built by :meth:`of` from a ``ScaleKernel(RBFKernel())`` or an
+    ``RBFKernel()`` without ``active_dims``; its values follow the module's
+    current parameters.
+    """
+
+    def __init__(self, rbf: RBFKernel, scale: ScaleKernel | None) -> None:
+        self.rbf, self.scale = rbf, scale
+
+    @staticmethod
+    def of(module: Kernel) -> SquaredExponential | None:
+        """The fast evaluator of ``module``, or ``None`` for other kernels."""
+        scale = module if type(module) is ScaleKernel else None
+        rbf = module.base_kernel if scale is not None else module
+        if type(rbf) is not RBFKernel or any(
+            k.active_dims is not None for k in (module, rbf)
+        ):
+            return None
+        return SquaredExponential(rbf, scale)
+
+    def parameters(self) -> tuple[Tensor, Tensor | None] | None:
+        """``(lengthscale, outputscale)`` if usable here (no batch dimensions)."""
+        ls = self.rbf.lengthscale
+        if ls.dim() != 2 or ls.shape[0] != 1:
+            return None
+        if self.scale is None:
+            return ls, None
+        out = self.scale.outputscale
+        return (ls, out) if out.dim() == 0 else None
+
+    def __call__(self, X1: Tensor, X2: Tensor) -> Tensor | None:
+        """``k(X1, X2)``, or ``None`` if the parameters do not fit this path."""
+        params = self.parameters()
+        if params is None:
+            return None
+        ls, out = params
+        with torch.no_grad():
+            x1, x2 = X1.div(ls), X2.div(ls)
+            same = torch.equal(x1, x2)
+            shift = x1.mean(-2, keepdim=True)
+            x1 = x1 - shift
+            n1 = x1.pow(2).sum(dim=-1, keepdim=True)
+            p1 = torch.ones_like(n1)
+            if same:
+                x2, n2, p2 = x1, n1, p1
+            else:
+                x2 = x2 - shift
+                n2 = x2.pow(2).sum(dim=-1, keepdim=True)
+                p2 = torch.ones_like(n2)
+            a1 = torch.cat([-2.0 * x1, n1, p1], dim=-1)
+            a2 = torch.cat([x2, p2, n2], dim=-1)
+            res = a1.matmul(a2.transpose(-2, -1))
+            if same:
+                res.diagonal(dim1=-2, dim2=-1).fill_(0)
+            K = res.clamp_min_(0).div_(-2.0).exp_()
+            return K if out is None else K.mul(out.view(1, 1))
 
 
 def kernel_copy(

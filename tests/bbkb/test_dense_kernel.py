@@ -185,3 +185,42 @@ def test_dense_kernel_snapshots_casts_and_validates():
         rebuild(X, fixed_rbf_kernel(1.0), torch.tensor([0]), z, z, 0.1, cache=cache)
     state = rebuild(X, cache.kernel, torch.tensor([0]), z, z, 0.1, cache=cache)
     assert state.kernel is cache.kernel
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: fixed_rbf_kernel(0.4, 1.7),
+        lambda: RBFKernel(ard_num_dims=3).to(DT),
+        lambda: ScaleKernel(RBFKernel(ard_num_dims=3)).to(DT),
+    ],
+)
+def test_gaussian_kernels_take_the_fast_path_bit_for_bit(make):
+    from botorch_sketch.bbkb.dense_kernel import SquaredExponential
+
+    kernel = make()
+    with torch.no_grad():
+        for p in kernel.parameters():
+            p.add_(0.3)
+    dense = DenseKernel(kernel)
+    assert isinstance(dense._fast, SquaredExponential)
+    X = torch.randn(300, 3, generator=torch.Generator().manual_seed(0), dtype=DT)
+    with torch.no_grad():
+        for X1, X2 in ((X[:7], X), (X[5:20], X[5:20]), (X[:1], X[:1])):
+            K = dense(X1, X2)
+            assert torch.equal(K, dense.module(X1, X2).to_dense())
+        assert torch.equal(dense(X[5:20], X[5:20]).diagonal(), dense.diag(X[5:20]))
+
+
+def test_other_kernels_use_gpytorch():
+    dense = DenseKernel(MaternKernel(nu=2.5).to(DT))
+    assert dense._fast is None
+    batched = RBFKernel(batch_shape=torch.Size([2])).to(DT)
+    from botorch_sketch.bbkb.dense_kernel import SquaredExponential
+
+    assert (
+        SquaredExponential(batched, None)(
+            torch.zeros(2, 1, dtype=DT), torch.zeros(3, 1, dtype=DT)
+        )
+        is None
+    )
