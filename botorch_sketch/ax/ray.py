@@ -662,7 +662,8 @@ class LookaheadOrchestrator(Orchestrator):
             last = in_node is None
             if not last:  # e.g. Sobol: exactly its budget, then the model
                 num_trials = min(num_trials, in_node)
-            elif self.lookahead > 0:
+            elif self.lookahead > 0 and not self.background:
+                # (with ``background`` the refill thread generates the extra)
                 left = getattr(self, "_num_remaining_requested_trials", num_trials)
                 extra = max(0, min(self.lookahead, left - num_trials))
             runs = self._generate(num_trials + extra, n, last_node=last)
@@ -917,10 +918,10 @@ def run_trials(
     parallelism: int,
     tolerated_trial_failure_rate: float = 0.5,
     logging_level: int = logging.INFO,
-    lookahead: int = 0,
+    lookahead: int | None = None,
     max_queue_age: int | None = None,
     generate_ahead: bool = False,
-    background: bool = False,
+    background: bool = True,
 ) -> LookaheadOrchestrator:
     r"""``client.run_trials`` without its pauses, filling free slots in one call.
 
@@ -930,6 +931,10 @@ def run_trials(
     call (one model fit) per trial. This runs a :class:`LookaheadOrchestrator`
     with that minimum at zero, no sleep between polls (the :class:`RayRunner`'s
     poll waits for a task to finish instead) and all free slots asked for at once.
+    By default the queue holds up to ``2 k`` trials generated ahead and is
+    refilled in a background thread (``lookahead=None``, ``background=True``),
+    so that a freed worker is served from the queue while the next trials are
+    generated.
 
     Args:
         client: A client configured with :func:`configure_ray`.
@@ -938,12 +943,14 @@ def run_trials(
         tolerated_trial_failure_rate: Share of failed trials the run tolerates.
         logging_level: Level of the Orchestrator's log messages.
         lookahead: Trials generated ahead per generation call, queued for the
-            next free slots (:class:`LookaheadOrchestrator`); 0: none.
+            next free slots (:class:`LookaheadOrchestrator`); 0: none;
+            ``None``: ``2 * parallelism``.
         max_queue_age: Completed trials after which queued ones are dropped;
             ``None``: ``parallelism`` (plus ``lookahead`` with ``background``).
         generate_ahead: Refill an empty queue while every worker is busy.
         background: Refill the queue in a thread while workers finish and are
-            served from it (:class:`LookaheadOrchestrator`).
+            served from it (:class:`LookaheadOrchestrator`); ``False``: in the
+            Orchestrator's loop.
 
     Returns:
         The orchestrator (its ``generation_calls`` time every request).
@@ -952,9 +959,13 @@ def run_trials(
         raise ValueError("run_trials needs a client configured with configure_ray")
     _check_count("max_trials", max_trials, minimum=0)
     _check_count("parallelism", parallelism, minimum=1)
+    if lookahead is None:
+        lookahead = 2 * int(parallelism)
     _check_count("lookahead", lookahead, minimum=0)
     if max_queue_age is not None:
         _check_count("max_queue_age", max_queue_age, minimum=1)
+    if not isinstance(background, bool):
+        raise TypeError(f"background must be a bool, got {background!r}")
     storage = client._storage_config
     orchestrator = LookaheadOrchestrator(
         experiment=client._experiment,

@@ -297,7 +297,12 @@ def test_lookahead_run_is_reproducible_and_saves_and_loads(tmp_path):
         configure_ray(client, make_evaluate(), num_workers=1)
         # One worker: the order of events, hence every draw, is fixed.
         orchestrator = run_trials(
-            client, max_trials=8, parallelism=1, lookahead=2, generate_ahead=True
+            client,
+            max_trials=8,
+            parallelism=1,
+            lookahead=2,
+            generate_ahead=True,
+            background=False,
         )
         return client, orchestrator.generation_calls
 
@@ -366,6 +371,7 @@ def test_a_failing_background_refill_is_reported_and_the_run_goes_on(
         ({"lookahead": True}, TypeError),
         ({"max_queue_age": 0}, ValueError),
         ({"parallelism": 0}, ValueError),
+        ({"background": 1}, TypeError),
     ],
 )
 def test_run_trials_rejects_bad_queue_arguments(kwargs, error):
