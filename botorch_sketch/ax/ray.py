@@ -20,12 +20,15 @@ launches), keeps ``k`` trials in flight:
   slots are filled from one call (one fit, then one acquisition optimisation
   per trial, each hallucinating the ones before; with a BBKB strategy, one
   batch of that many points), and with ``lookahead = L > 0``
-  the call generates ``L`` trials more, kept in memory and handed to the next
-  free slots without a fit. Queued trials come from the posterior of their
-  generation call with the then running trials hallucinated (asynchronous
-  BBKB's batch-start posterior); the queue is dropped when ``max_queue_age``
-  trials have completed since it was generated, or when the strategy has not
-  reached its last node (the Sobol initialisation is never over-generated).
+  ``L`` trials more are generated, kept in memory and handed to the next
+  free slots without a fit; by default (``L = 2 k``, ``background=True``) that
+  queue is refilled in a thread while freed workers are served from it. Queued
+  trials come from the posterior of their generation call with the then
+  running and queued trials hallucinated (asynchronous BBKB's batch-start
+  posterior); a queued trial is dropped when ``max_queue_age`` trials have
+  completed since the state it came from, and the queue when the strategy has
+  not reached its last node (the Sobol initialisation is never
+  over-generated).
 - A trial ends FAILED, with the reason in its run metadata under ``"error"`` and as
   its failure reason, when ``evaluate`` raises, when its worker process dies
   (Ray's ``WorkerCrashedError``; tasks run with ``max_retries=0`` so a crashed
