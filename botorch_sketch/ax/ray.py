@@ -564,14 +564,15 @@ class LookaheadOrchestrator(Orchestrator):
     run, and 0 before (the Sobol initialisation generates exactly its budget).
     With ``generate_ahead``, while every worker is busy and the queue is empty,
     ``L`` runs are generated ahead (in the time the Orchestrator would otherwise
-    wait for a worker). With ``background``, the refill runs in a thread: once
-    the queue is down to ``L // 2`` runs, ``L`` runs are generated on a copy of
-    the experiment in which the queued runs are running trials (all
-    hallucinated), while the Orchestrator goes on polling and serving freed
-    workers from the queue; a request that finds the queue empty waits for the
-    refill. Generation then holds a free worker only when the queue runs dry,
-    and a generation's cost overlaps the evaluations instead of adding to the
-    wall time. The queue is never stored (a reloaded experiment regenerates); a
+    wait for a worker). With ``background``, the refill runs in a thread:
+    whenever the queue holds fewer than ``L`` runs and no refill is running,
+    ``min(L, max_pending_trials)`` runs are generated on a copy of the
+    experiment in which the queued runs are running trials (all hallucinated),
+    while the Orchestrator goes on polling and serving freed workers from the
+    queue; a request that finds the queue empty waits for the refill.
+    Generation then holds a free worker only when the queue runs dry, and a
+    generation's cost overlaps the evaluations instead of adding to the wall
+    time. The queue is never stored (a reloaded experiment regenerates); a
     queued run is dropped once ``max_queue_age`` trials completed after the
     state it was generated from, and the whole queue when the strategy moves to
     another node.
@@ -583,7 +584,7 @@ class LookaheadOrchestrator(Orchestrator):
         lookahead: Trials generated ahead per generation call (``L >= 0``).
         max_queue_age: Completed trials after which queued runs are dropped
             (``>= 1``); ``None``: ``options.max_pending_trials`` (plus
-            ``lookahead`` with ``background``).
+            ``2 * lookahead`` with ``background``).
         generate_ahead: Refill an empty queue while every worker is busy.
         background: Refill the queue in a thread (above).
 
@@ -615,8 +616,8 @@ class LookaheadOrchestrator(Orchestrator):
         self.generate_ahead = bool(generate_ahead)
         self.background = bool(background)
         default_age = int(options.max_pending_trials)
-        if self.background:  # a refill queued behind the runs still waiting
-            default_age += self.lookahead
+        if self.background:  # refills queued behind the runs still waiting
+            default_age += 2 * self.lookahead
         self.max_queue_age = (
             int(max_queue_age) if max_queue_age is not None else default_age
         )
@@ -691,8 +692,8 @@ class LookaheadOrchestrator(Orchestrator):
         With ``generate_ahead`` and ``lookahead > 0`` on the strategy's last node,
         when no slot is free and the queue is empty, ``L`` runs are generated now
         (the running trials hallucinated), so that the next worker to finish is
-        served at once. With ``background``, after the poll, a refill of ``L``
-        runs starts in a thread once the queue is down to ``L // 2`` runs.
+        served at once. With ``background``, after the poll, a refill starts in
+        a thread when the queue holds fewer than ``L`` runs.
         """
         if not self.background:
             self._generate_ahead()
@@ -748,7 +749,7 @@ class LookaheadOrchestrator(Orchestrator):
         if self.lookahead == 0 or self._worker is not None:
             return
         left = getattr(self, "_num_remaining_requested_trials", 0) - len(self._queue)
-        if left < 1 or len(self._queue) > self.lookahead // 2:
+        if left < 1 or len(self._queue) >= self.lookahead:
             return
         if (
             trials_left_in_generating_node(self.generation_strategy, self.experiment)
@@ -759,7 +760,7 @@ class LookaheadOrchestrator(Orchestrator):
         self._worker = _BackgroundGeneration(
             self,
             snapshot,
-            count=min(self.lookahead, left),
+            count=min(self.lookahead, left, self._get_max_pending_trials()),
             completed=self._num_completed(),
             num_trials=len(self.experiment.trials),
         )
@@ -949,7 +950,8 @@ def run_trials(
             next free slots (:class:`LookaheadOrchestrator`); 0: none;
             ``None``: ``2 * parallelism``.
         max_queue_age: Completed trials after which queued ones are dropped;
-            ``None``: ``parallelism`` (plus ``lookahead`` with ``background``).
+            ``None``: ``parallelism`` (plus ``2 * lookahead`` with
+            ``background``).
         generate_ahead: Refill an empty queue while every worker is busy.
         background: Refill the queue in a thread while workers finish and are
             served from it (:class:`LookaheadOrchestrator`); ``False``: in the
