@@ -14,8 +14,12 @@ the same runner and ``k`` workers:
   (default ``k``) generated ahead and queued for the next free slots, refilled
   while every worker is busy; ``bbkb lookahead, not ahead``: refilled only when
   a slot frees and the queue is empty;
+- ``bbkb background``: ``run_trials``' default: a queue of ``lookahead``
+  (default ``2k``) trials refilled in a thread (``background=True``) while
+  freed workers are served from it;
 - ``ax default async``: the same loop with Ax's default strategy (Sobol, then
-  BoTorch's GP with qLogNEI; Ax caps its parallelism itself);
+  BoTorch's GP with qLogNEI; Ax caps its parallelism itself); ``ax default
+  background``: Ax's default with the background refill (``lookahead = k``);
 - ``bbkb sync``: ``bbkb`` in synchronous batches of ``k`` (each batch waits for
   its slowest evaluation).
 
@@ -73,7 +77,9 @@ METHODS = (
     "bbkb async",
     "bbkb lookahead",
     "bbkb lookahead, not ahead",
+    "bbkb background",
     "ax default async",
+    "ax default background",
     "bbkb sync",
 )
 #: name -> (dimension, optimum); minimised, inputs in the unit cube.
@@ -150,13 +156,16 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
     elif method == "bbkb per-slot":
         calls = per_slot(client, args.trials, k)
     else:
-        lookahead = (args.lookahead or k) if "lookahead" in method else 0
+        queued = "lookahead" in method or "background" in method
+        default = 2 * k if "background" in method else k  # run_trials' default
+        lookahead = (args.lookahead or default) if queued else 0
         orchestrator = LookaheadOrchestrator(
             experiment=client._experiment,
             generation_strategy=client._generation_strategy_or_choose(),
             options=orchestrator_options(k, batches=True),
             lookahead=lookahead,
             generate_ahead="not ahead" not in method,
+            background="background" in method,
         )
         orchestrator.run_n_trials(max_trials=args.trials)
         calls = orchestrator.generation_calls
@@ -179,7 +188,14 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
     order = sorted(trials, key=lambda t: t.run_metadata[FINISHED_KEY])
     times = [t.run_metadata[FINISHED_KEY] - t0 for t in order]
     best = np.minimum.accumulate([float(df[t.index]) for t in order])
-    late = [c for c in calls if c.num_trials >= 0.9 * args.trials] or calls
+    # Requests hold free workers; background refills do not.
+    requests = [c for c in calls if not c.background] or calls
+    late = [c for c in requests if c.num_trials >= 0.9 * args.trials] or requests
+    at_n = {
+        f"gen CPU/trial at N={n} [s]": _cpu_per_trial(calls, n)
+        for n in (500, 2000)
+        if n <= args.trials
+    }
     generated = sum(c.generated for c in calls) or 1
     return {
         "problem": problem,
@@ -193,9 +209,12 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
         "gen calls": len(calls),
         "late call wall [s]": float(np.mean([c.wall for c in late])),
         "late call CPU [s]": float(np.mean([c.cpu for c in late])),
-        "max call wall [s]": max(c.wall for c in calls),
+        "max call wall [s]": max(c.wall for c in requests),
+        "requests > median": sum(c.wall > median_time(args) for c in requests),
+        "longest at N": max(requests, key=lambda c: c.wall).num_trials,
         "CPU per trial [s]": sum(c.cpu for c in calls) / generated,
-        "gen wall share": sum(c.wall for c in calls) / wall,
+        **at_n,
+        "gen wall share": sum(c.wall for c in requests) / wall,
         "loop CPU [s]": cpu,
         "best value": float(best[-1]),
         "simple regret": float(best[-1]) - optimum,
@@ -203,6 +222,17 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
         "times": times,
         "best": best.tolist(),
     }
+
+
+def median_time(args: argparse.Namespace) -> float:
+    """The evaluations' median duration: ``exp(mu)`` of the log-normal."""
+    return math.exp(math.log(args.mean) - args.sigma**2 / 2)
+
+
+def _cpu_per_trial(calls: list, n: int) -> float:
+    """Generation CPU per generated trial of the calls made at 90-100 % of ``n``."""
+    near = [c for c in calls if 0.9 * n <= c.num_trials <= n and c.generated]
+    return sum(c.cpu for c in near) / max(1, sum(c.generated for c in near))
 
 
 def per_slot(client: Client, trials: int, k: int) -> list:
@@ -237,7 +267,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS))
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
-    parser.add_argument("--lookahead", type=int, default=0, help="0: k")
+    parser.add_argument(
+        "--lookahead", type=int, default=0, help="0: 2k in background, else k"
+    )
     parser.add_argument("--tag", default="")
     args = parser.parse_args()
     logging.getLogger("ax").setLevel(logging.WARNING)
@@ -293,10 +325,12 @@ def main() -> None:
 
     columns = ["problem", "method", "k", "seed", "trials", "wall [s]"]
     columns += ["utilisation", "in flight", "gen calls", "late call wall [s]"]
-    columns += ["late call CPU [s]", "max call wall [s]", "CPU per trial [s]"]
+    columns += ["late call CPU [s]", "max call wall [s]", "requests > median"]
+    columns += ["longest at N", "CPU per trial [s]"]
+    columns += [c for c in rows[0] if c.startswith("gen CPU/trial at")]
     columns += ["gen wall share", "loop CPU [s]"]
     columns += ["best value", "simple regret", "load"]
-    median = math.exp(math.log(args.mean) - args.sigma**2 / 2)
+    median = median_time(args)
     intro = (
         f"k = {args.k} Ray workers on this machine (local Ray, sleeping tasks), "
         f"{args.trials} trials per run; evaluation time log-normal with mean "
@@ -307,7 +341,12 @@ def main() -> None:
         "seconds of a request over the last 10 % of the trials; *max call wall*: "
         "the longest request (a free worker waits at most that for work; the "
         f"evaluations' median is {median:.2g}"
-        " s); *CPU per trial*: generation CPU seconds per generated trial; "
+        " s); *requests > median*: requests that took longer than that median; "
+        "*longest at N*: trials in the experiment at the longest request; "
+        "*CPU per trial*: generation CPU seconds per generated trial; "
+        "*gen CPU/trial at N=n*: generation CPU seconds per trial generated by "
+        "the calls made at 90-100 % of n trials (background refills included: "
+        "they count in CPU, not in the request wall times); "
         "*gen wall share*: the requests' total wall time / wall; *loop CPU*: CPU "
         "seconds of the whole Orchestrator loop (generation included); "
         "*load*: the 1-minute load average when the run started (2 cores, "

@@ -34,6 +34,26 @@ hyperparameters, dictionary rows among the training rows); an unusable one, or o
 whose warm-started fit fails, is discarded with a warning and the model is fitted
 from scratch, as Ax's own models are at every call.
 
+**Model reuse between requests.** Ax's Orchestrator asks for new trials whenever
+a worker frees up, and often on data that did not change since the last fit (only
+the pending trials did): e.g. the next free slot of the same poll, or trials
+generated ahead while every worker is busy. The fitted model is a function of
+``(training data, surrogate configuration, seed, the state the fit started
+from)``. Each fit therefore records, next to the state it leaves, a fingerprint of
+its data and the state it started from (``fit_record``, carried like the sketch
+state). A fit whose data equal the recorded ones is the recorded fit again: its
+model comes from a small process-wide cache (:func:`clear_fit_cache`) keyed by
+all of those inputs, so neither the hyperparameters nor the sketch are refitted
+and the posterior's factorisations are reused; the pending points are then only
+hallucinated by the acquisition function. On a cache miss (a new process, a
+reloaded experiment: the cache is never saved) the same fit is rerun from the
+recorded starting state, so a reloaded run gives the arms of the uninterrupted
+one. New completed data start a new fit from the last state: a warm update (the
+hyperparameters kept, the dictionary resampled by BKB's rule) unless the
+model's schedule calls for a bounded hyperparameter refit (the data grew by
+``refit_growth`` since the last full fit, or the likelihood drifted;
+:func:`~botorch_sketch.models.nystrom_fit.refit_due`).
+
 :class:`SketchGenerators` is the generator registry entry that makes a
 ``GeneratorSpec`` use it (``generator_enum=SketchGenerators.BOTORCH_SKETCH``). The
 state is carried for experiments with one modelled outcome (the BBKB setting);
@@ -42,7 +62,10 @@ with several outcomes each model is fitted from scratch.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -82,6 +105,7 @@ __all__ = [
     "SKETCH_GENERATOR_KEY",
     "SketchBoTorchGenerator",
     "SketchGenerators",
+    "clear_fit_cache",
     "sketch_state_problem",
 ]
 
@@ -96,6 +120,15 @@ LIBRARY_GENERATOR_KEY = "BBKBLibrary"
 SINGLE_OBJECTIVE = (qUpperConfidenceBound,)
 MULTI_OBJECTIVE_ACQF = qLogNoisyExpectedHypervolumeImprovement
 
+#: Fitted surrogates kept for reuse (module docstring), most recent last.
+FIT_CACHE_SIZE = 4
+_FIT_CACHE: OrderedDict[str, Surrogate] = OrderedDict()
+
+
+def clear_fit_cache() -> None:
+    r"""Forget every fitted model kept for reuse (the next fits rerun)."""
+    _FIT_CACHE.clear()
+
 
 class SketchBoTorchGenerator(BoTorchGenerator):
     r"""``BoTorchGenerator`` with seeded calls and ``NystromGP``'s sketch kept.
@@ -105,6 +138,9 @@ class SketchBoTorchGenerator(BoTorchGenerator):
             (module docstring); ``None``: Ax's context (unseeded after a reload).
         sketch_state: The previous fit's ``SketchState.to_dict()`` (Ax passes it
             back from the last generator run); ``None`` at the first call.
+        fit_record: The previous fit's ``{"data": fingerprint, "start": the
+            sketch state it started from or None}`` (passed back like
+            ``sketch_state``; module docstring).
         Every other argument: as ``BoTorchGenerator`` (named one by one: Ax checks
         the keyword arguments of a generator against its signature).
     """
@@ -125,6 +161,7 @@ class SketchBoTorchGenerator(BoTorchGenerator):
         use_p_feasible: bool = True,
         seed: int | None = None,
         sketch_state: dict[str, Any] | None = None,
+        fit_record: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             surrogate_spec=surrogate_spec,
@@ -143,9 +180,21 @@ class SketchBoTorchGenerator(BoTorchGenerator):
                 "sketch_state must be a SketchState.to_dict() dict, got "
                 f"{type(sketch_state).__name__}."
             )
+        if fit_record is not None and not (
+            isinstance(fit_record, dict)
+            and isinstance(fit_record.get("data"), str)
+            and isinstance(fit_record.get("start"), dict | None)
+        ):
+            raise ValueError(
+                "fit_record must be {'data': str, 'start': dict or None}, got "
+                f"{fit_record!r:.200}."
+            )
         check_seed(seed)
         self.seed = seed
         self.sketch_state = sketch_state
+        self.fit_record = fit_record
+        #: Whether the surrogate is a cached one (never refitted in place).
+        self._shared_surrogate = False
 
     def fit(
         self,
@@ -164,29 +213,75 @@ class SketchBoTorchGenerator(BoTorchGenerator):
         """
         configs = self._nystrom_configs() if refit and _single_outcome(datasets) else []
         num_points = _num_points(datasets)
-        if configs and self.sketch_state is not None:
-            problem = sketch_state_problem(self.sketch_state, num_points)
+        if self._shared_surrogate:  # a cached model is never refitted in place
+            self._surrogate, self._shared_surrogate = None, False
+        data_key = None
+        if configs and state_dict is None:
+            data_key = _data_fingerprint(datasets, search_space_digest)
+        start = self.sketch_state
+        record = self.fit_record
+        if data_key is not None and record is not None and record["data"] == data_key:
+            start = record["start"]  # the same data: the recorded fit again
+        if configs and start is not None:
+            problem = sketch_state_problem(start, num_points)
             if problem is not None:
                 logger.warning(
                     "Carried NystromGP state discarded (%s); fitting from scratch.",
                     problem,
                 )
-                self.sketch_state = None
+                start = None
+        cache_key = None
+        if data_key is not None:
+            cache_key = self._cache_key(data_key, start, additional_model_inputs)
+        cached = _FIT_CACHE.get(cache_key) if cache_key is not None else None
+        if cached is not None:
+            _FIT_CACHE.move_to_end(cache_key)
+            self._surrogate, self._shared_surrogate = cached, True
+            logger.debug("NystromGP reused: the data did not change since its fit.")
+        else:
+            start = self._fit_from(
+                start,
+                configs,
+                datasets=datasets,
+                search_space_digest=search_space_digest,
+                candidate_metadata=candidate_metadata,
+                state_dict=state_dict,
+                refit=refit,
+                **additional_model_inputs,
+            )
+        model = self.surrogate.model
+        if configs and isinstance(model, NystromGP):
+            self.sketch_state = model.sketch_state().to_dict()
+            self.fit_record = (
+                None if data_key is None else {"data": data_key, "start": start}
+            )
+            if cached is None and cache_key is not None:
+                _FIT_CACHE[cache_key] = self.surrogate
+                self._shared_surrogate = True
+                while len(_FIT_CACHE) > FIT_CACHE_SIZE:
+                    _FIT_CACHE.popitem(last=False)
+
+    def _fit_from(
+        self,
+        start: dict[str, Any] | None,
+        configs: list[ModelConfig],
+        datasets: Sequence[SupervisedDataset],
+        **fit_kwargs: Any,
+    ) -> dict[str, Any] | None:
+        r"""``BoTorchGenerator.fit`` warm-started from ``start``; the start used.
+
+        A warm-started fit that fails (``NotPSDError``) is rerun from scratch
+        (the start used is then ``None``).
+        """
+        num_points = _num_points(datasets)
 
         def fit_once() -> None:
             with with_rng_seed(self._call_seed(num_points)):
-                super(SketchBoTorchGenerator, self).fit(
-                    datasets=datasets,
-                    search_space_digest=search_space_digest,
-                    candidate_metadata=candidate_metadata,
-                    state_dict=state_dict,
-                    refit=refit,
-                    **additional_model_inputs,
-                )
+                super(SketchBoTorchGenerator, self).fit(datasets=datasets, **fit_kwargs)
 
-        warm = bool(configs) and self.sketch_state is not None
+        warm = bool(configs) and start is not None
         for config in configs if warm else []:
-            config.model_options["warm_start"] = self.sketch_state
+            config.model_options["warm_start"] = start
         try:
             fit_once()
         except NotPSDError as err:
@@ -199,16 +294,31 @@ class SketchBoTorchGenerator(BoTorchGenerator):
                 "%s); fitting from scratch.",
                 err,
             )
-            self.sketch_state = None
+            start = None
             for config in configs:
                 config.model_options.pop("warm_start", None)
             fit_once()
         finally:
             for config in configs:
                 config.model_options.pop("warm_start", None)
-        model = self.surrogate.model
-        if configs and isinstance(model, NystromGP):
-            self.sketch_state = model.sketch_state().to_dict()
+        return start
+
+    def _cache_key(
+        self,
+        data_key: str,
+        start: dict[str, Any] | None,
+        additional_model_inputs: dict[str, Any],
+    ) -> str:
+        r"""Every input of a fit: data, configuration, seed and starting state."""
+        parts = [
+            data_key,
+            repr(self.surrogate_spec),
+            repr(self._surrogate.surrogate_spec if self._surrogate else None),
+            repr((self.refit_on_cv, self.warm_start_refit, self.seed)),
+            repr(sorted(additional_model_inputs.items())),
+            json.dumps(start, sort_keys=True, default=str),
+        ]
+        return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
     def gen(
         self,
@@ -259,10 +369,13 @@ class SketchBoTorchGenerator(BoTorchGenerator):
         return [c for c in configs if c.botorch_model_class is NystromGP]
 
     def _get_state(self) -> dict[str, Any]:
-        r"""``{"sketch_state": ...}``: what the next call starts from."""
+        r"""``{"sketch_state": ..., "fit_record": ...}``: what the next call
+        starts from."""
         state = super()._get_state()
         if self.sketch_state is not None:
             state["sketch_state"] = self.sketch_state
+        if self.fit_record is not None:
+            state["fit_record"] = self.fit_record
         return state
 
 
@@ -302,6 +415,25 @@ def _num_points(datasets: Sequence[SupervisedDataset]) -> int:
     return max((int(ds.X.shape[-2]) for ds in datasets), default=0)
 
 
+def _data_fingerprint(
+    datasets: Sequence[SupervisedDataset], search_space_digest: SearchSpaceDigest
+) -> str:
+    r"""A hash of the training data and the search space's bounds (what a fit
+    sees of the experiment), equal across processes for equal data."""
+    digest = hashlib.sha256()
+    digest.update(repr(search_space_digest.bounds).encode())
+    for ds in datasets:
+        digest.update(repr((ds.feature_names, ds.outcome_names)).encode())
+        for tensor in (ds.X, ds.Y, ds.Yvar):
+            if tensor is None:
+                digest.update(b"none")
+                continue
+            values = tensor.detach().to("cpu", torch.float64).contiguous()
+            digest.update(repr(tuple(values.shape)).encode())
+            digest.update(values.numpy().tobytes())
+    return digest.hexdigest()
+
+
 def _single_outcome(datasets: Sequence[SupervisedDataset]) -> bool:
     return len(datasets) == 1 and datasets[0].Y.shape[-1] == 1
 
@@ -314,7 +446,7 @@ _SETUPS: dict[str, GeneratorSetup] = {
         generator_class=SketchBoTorchGenerator,
         transforms=MBM_X_trans + Y_trans,  # as Generators.BOTORCH_MODULAR
         # Passed back at every fit; kept in generator_state_after_gen only.
-        not_saved_generator_kwargs=["sketch_state"],
+        not_saved_generator_kwargs=["sketch_state", "fit_record"],
     ),
     LIBRARY_GENERATOR_KEY: GeneratorSetup(
         adapter_class=TorchAdapter,

@@ -20,12 +20,15 @@ launches), keeps ``k`` trials in flight:
   slots are filled from one call (one fit, then one acquisition optimisation
   per trial, each hallucinating the ones before; with a BBKB strategy, one
   batch of that many points), and with ``lookahead = L > 0``
-  the call generates ``L`` trials more, kept in memory and handed to the next
-  free slots without a fit. Queued trials come from the posterior of their
-  generation call with the then running trials hallucinated (asynchronous
-  BBKB's batch-start posterior); the queue is dropped when ``max_queue_age``
-  trials have completed since it was generated, or when the strategy has not
-  reached its last node (the Sobol initialisation is never over-generated).
+  ``L`` trials more are generated, kept in memory and handed to the next
+  free slots without a fit; by default (``L = 2 k``, ``background=True``) that
+  queue is refilled in a thread while freed workers are served from it. Queued
+  trials come from the posterior of their generation call with the then
+  running and queued trials hallucinated (asynchronous BBKB's batch-start
+  posterior); a queued trial is dropped when ``max_queue_age`` trials have
+  completed since the state it came from, and the queue when the strategy has
+  not reached its last node (the Sobol initialisation is never
+  over-generated).
 - A trial ends FAILED, with the reason in its run metadata under ``"error"`` and as
   its failure reason, when ``evaluate`` raises, when its worker process dies
   (Ray's ``WorkerCrashedError``; tasks run with ``max_retries=0`` so a crashed
@@ -52,9 +55,11 @@ the existing cluster is joined.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import numbers
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -528,7 +533,10 @@ class GenerationCall:
             queue).
         num_trials: Trials in the experiment before the call.
         wall: Seconds the call took (wall-clock).
-        cpu: CPU seconds of this process during the call.
+        cpu: CPU seconds of this process during the call (of the calling
+            thread when the orchestrator generates in the background).
+        background: Whether the call ran in the refill thread (its wall time
+            held no worker).
     """
 
     requested: int
@@ -537,6 +545,7 @@ class GenerationCall:
     num_trials: int
     wall: float
     cpu: float
+    background: bool = False
 
 
 class LookaheadOrchestrator(Orchestrator):
@@ -555,9 +564,18 @@ class LookaheadOrchestrator(Orchestrator):
     run, and 0 before (the Sobol initialisation generates exactly its budget).
     With ``generate_ahead``, while every worker is busy and the queue is empty,
     ``L`` runs are generated ahead (in the time the Orchestrator would otherwise
-    wait for a worker). The queue is never stored (a reloaded experiment
-    regenerates); it is dropped once ``max_queue_age`` trials completed after it
-    was generated, or when the strategy moves to another node.
+    wait for a worker). With ``background``, the refill runs in a thread:
+    whenever the queue holds fewer than ``L`` runs and no refill is running,
+    ``min(L, max_pending_trials)`` runs are generated on a copy of the
+    experiment in which the queued runs are running trials (all hallucinated),
+    while the Orchestrator goes on polling and serving freed workers from the
+    queue; a request that finds the queue empty waits for the refill.
+    Generation then holds a free worker only when the queue runs dry, and a
+    generation's cost overlaps the evaluations instead of adding to the wall
+    time. The queue is never stored (a reloaded experiment regenerates); a
+    queued run is dropped once ``max_queue_age`` trials completed after the
+    state it was generated from, and the whole queue when the strategy moves to
+    another node.
 
     Args:
         experiment, generation_strategy, options, db_settings: As
@@ -565,8 +583,10 @@ class LookaheadOrchestrator(Orchestrator):
             all free slots are asked for at once.
         lookahead: Trials generated ahead per generation call (``L >= 0``).
         max_queue_age: Completed trials after which queued runs are dropped
-            (``>= 1``); ``None``: ``options.max_pending_trials``.
+            (``>= 1``); ``None``: ``options.max_pending_trials`` (plus
+            ``2 * lookahead`` with ``background``).
         generate_ahead: Refill an empty queue while every worker is busy.
+        background: Refill the queue in a thread (above).
 
     Attributes:
         generation_calls: One :class:`GenerationCall` per request, in order.
@@ -581,6 +601,7 @@ class LookaheadOrchestrator(Orchestrator):
         lookahead: int = 0,
         max_queue_age: int | None = None,
         generate_ahead: bool = False,
+        background: bool = False,
     ) -> None:
         _check_count("lookahead", lookahead, minimum=0)
         if max_queue_age is not None:
@@ -593,31 +614,49 @@ class LookaheadOrchestrator(Orchestrator):
         )
         self.lookahead = int(lookahead)
         self.generate_ahead = bool(generate_ahead)
+        self.background = bool(background)
+        default_age = int(options.max_pending_trials)
+        if self.background:  # refills queued behind the runs still waiting
+            default_age += 2 * self.lookahead
         self.max_queue_age = (
-            int(max_queue_age)
-            if max_queue_age is not None
-            else int(options.max_pending_trials)
+            int(max_queue_age) if max_queue_age is not None else default_age
         )
         self.generation_calls: list[GenerationCall] = []
-        self._queue: deque[GeneratorRun] = deque()
-        self._queue_completed_at = 0
+        #: Queued runs with the number of completed trials when generated.
+        self._queue: deque[tuple[GeneratorRun, int]] = deque()
         self._queue_node: str | None = None
+        self._worker: _BackgroundGeneration | None = None
 
     @property
     def queued(self) -> int:
         r"""Pre-generated runs waiting for a free slot."""
         return len(self._queue)
 
+    def run_n_trials(self, *args: Any, **kwargs: Any) -> Any:
+        r"""``Orchestrator.run_n_trials``; a background refill still running at
+        the end is waited for and discarded."""
+        try:
+            return super().run_n_trials(*args, **kwargs)
+        finally:
+            self._finish_background(wait=True, keep=False)
+
+    def _cpu(self) -> float:
+        # With a generation thread, CPU is counted per thread.
+        return time.thread_time() if self.background else time.process_time()
+
     def _gen_new_trials_from_generation_strategy(
         self, num_trials: int, n: int | None = None
     ) -> list[list[GeneratorRun]]:
         r"""``num_trials`` one-arm runs: queued ones, else generated (``L`` more)."""
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu = time.perf_counter(), self._cpu()
         before, requested = len(self.experiment.trials), num_trials
         self._drop_stale_queue()
+        if not self._queue and self._worker is not None:
+            self._finish_background(wait=True)  # the refill in flight serves
+            self._drop_stale_queue()
         if self._queue:
             take = min(num_trials, len(self._queue))
-            runs = [[self._queue.popleft()] for _ in range(take)]
+            runs = [[self._queue.popleft()[0]] for _ in range(take)]
             generated = 0
         else:
             extra = 0
@@ -627,17 +666,14 @@ class LookaheadOrchestrator(Orchestrator):
             last = in_node is None
             if not last:  # e.g. Sobol: exactly its budget, then the model
                 num_trials = min(num_trials, in_node)
-            elif self.lookahead > 0:
+            elif self.lookahead > 0 and not self.background:
+                # (with ``background`` the refill thread generates the extra)
                 left = getattr(self, "_num_remaining_requested_trials", num_trials)
                 extra = max(0, min(self.lookahead, left - num_trials))
             runs = self._generate(num_trials + extra, n, last_node=last)
             generated = len(runs)
-            for extra_runs in runs[num_trials:]:
-                self._queue.extend(extra_runs)
+            self._enqueue(runs[num_trials:], self._num_completed())
             runs = runs[:num_trials]
-            if self._queue:
-                self._queue_completed_at = self._num_completed()
-                self._queue_node = self.generation_strategy.current_node_name
         self.generation_calls.append(
             GenerationCall(
                 requested=requested,
@@ -645,23 +681,31 @@ class LookaheadOrchestrator(Orchestrator):
                 generated=generated,
                 num_trials=before,
                 wall=time.perf_counter() - wall,
-                cpu=time.process_time() - cpu,
+                cpu=self._cpu() - cpu,
             )
         )
         return runs
 
     def poll_and_process_results(self, poll_all_trial_statuses: bool = False) -> bool:
-        r"""Refill an empty queue while every worker is busy, then poll.
+        r"""Poll; refill the queue ahead of the requests when so configured.
 
         With ``generate_ahead`` and ``lookahead > 0`` on the strategy's last node,
         when no slot is free and the queue is empty, ``L`` runs are generated now
         (the running trials hallucinated), so that the next worker to finish is
-        served at once.
+        served at once. With ``background``, after the poll, a refill starts in
+        a thread when the queue holds fewer than ``L`` runs.
         """
-        self._generate_ahead()
-        return super().poll_and_process_results(
+        if not self.background:
+            self._generate_ahead()
+            return super().poll_and_process_results(
+                poll_all_trial_statuses=poll_all_trial_statuses
+            )
+        updated = super().poll_and_process_results(
             poll_all_trial_statuses=poll_all_trial_statuses
         )
+        self._finish_background(wait=False)
+        self._start_background()
+        return updated
 
     def _generate_ahead(self) -> None:
         left = getattr(self, "_num_remaining_requested_trials", 0)
@@ -676,17 +720,14 @@ class LookaheadOrchestrator(Orchestrator):
             is not None
         ):
             return
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu = time.perf_counter(), self._cpu()
         before = len(self.experiment.trials)
         try:
             runs = self._generate(min(self.lookahead, left), None, last_node=True)
         except AxError as err:  # e.g. more data required: the next request tells
             logger.debug("No runs generated ahead: %s", err)
             return
-        for run_list in runs:
-            self._queue.extend(run_list)
-        self._queue_completed_at = self._num_completed()
-        self._queue_node = self.generation_strategy.current_node_name
+        self._enqueue(runs, self._num_completed())
         self.generation_calls.append(
             GenerationCall(
                 requested=0,
@@ -694,47 +735,178 @@ class LookaheadOrchestrator(Orchestrator):
                 generated=len(runs),
                 num_trials=before,
                 wall=time.perf_counter() - wall,
-                cpu=time.process_time() - cpu,
+                cpu=self._cpu() - cpu,
             )
         )
 
+    def _start_background(self) -> None:
+        r"""Start a refill thread on a snapshot of the experiment, if one is due.
+
+        The snapshot holds the queued runs as running trials, so that the refill
+        hallucinates them with the running ones. While the thread runs, this
+        thread only serves queued runs (it never calls the strategy).
+        """
+        if self.lookahead == 0 or self._worker is not None:
+            return
+        left = getattr(self, "_num_remaining_requested_trials", 0) - len(self._queue)
+        if left < 1 or len(self._queue) >= self.lookahead:
+            return
+        if (
+            trials_left_in_generating_node(self.generation_strategy, self.experiment)
+            is not None
+        ):
+            return
+        snapshot = self._snapshot()
+        self._worker = _BackgroundGeneration(
+            self,
+            snapshot,
+            count=min(self.lookahead, left, self._get_max_pending_trials()),
+            completed=self._num_completed(),
+            num_trials=len(self.experiment.trials),
+        )
+        self._worker.thread.start()
+
+    def _snapshot(self) -> Any:
+        r"""A copy of the experiment (runner and metrics shared) plus the queue."""
+        experiment = self.experiment
+        memo: dict[int, Any] = {id(m): m for m in experiment.metrics.values()}
+        if experiment.runner is not None:
+            memo[id(experiment.runner)] = experiment.runner
+        snapshot = copy.deepcopy(experiment, memo)
+        for run, _ in self._queue:
+            trial = snapshot.new_trial(generator_run=run.clone())
+            trial.mark_running(no_runner_required=True)
+        return snapshot
+
+    def _finish_background(self, wait: bool, keep: bool = True) -> None:
+        r"""Take the refill thread's runs into the queue once it has ended."""
+        worker = self._worker
+        if worker is None or (not wait and worker.thread.is_alive()):
+            return
+        worker.thread.join()
+        self._worker = None
+        self.generation_strategy.experiment = self.experiment  # not the snapshot
+        runs = worker.runs or []
+        self.generation_calls.append(
+            GenerationCall(
+                requested=0,
+                from_queue=0,
+                generated=len(runs),
+                num_trials=worker.num_trials,
+                wall=worker.wall,
+                cpu=worker.cpu,
+                background=True,
+            )
+        )
+        if worker.error is not None:
+            logger.warning(
+                "Background generation failed (%s); the next request generates.",
+                worker.error,
+            )
+            return
+        if keep:
+            self._enqueue(runs, worker.completed)
+
+    def _enqueue(self, runs: list[list[GeneratorRun]], completed: int) -> None:
+        if not runs:
+            return
+        for run_list in runs:
+            self._queue.extend((run, completed) for run in run_list)
+        self._queue_node = self.generation_strategy.current_node_name
+
     def _generate(
-        self, num_trials: int, n: int | None, last_node: bool
+        self,
+        num_trials: int,
+        n: int | None,
+        last_node: bool,
+        experiment: Any = None,
     ) -> list[list[GeneratorRun]]:
         r"""``num_trials`` one-arm runs from one generation call (one fit).
 
         On a node with ``AdaptiveBatchAcquisition`` (single-arm trials): one BBKB
         batch of ``num_trials`` points (:func:`gen_filled_batch`); otherwise
-        ``GenerationStrategy.gen(num_trials=...)``.
+        ``GenerationStrategy.gen(num_trials=...)``. ``experiment``: the one to
+        generate for (default: the orchestrator's).
         """
+        experiment = self.experiment if experiment is None else experiment
+        fixed = get_fixed_features_from_experiment(experiment)
         if last_node and self.options.trial_type == TrialType.TRIAL:
             runs = gen_filled_batch(
-                self.generation_strategy,
-                self.experiment,
-                num_trials,
-                fixed_features=get_fixed_features_from_experiment(self.experiment),
+                self.generation_strategy, experiment, num_trials, fixed_features=fixed
             )
             if runs is not None:
                 return [[run] for run in runs]
-        return super()._gen_new_trials_from_generation_strategy(
-            num_trials=num_trials, n=n
+        if experiment is self.experiment:
+            return super()._gen_new_trials_from_generation_strategy(
+                num_trials=num_trials, n=n
+            )
+        self.generation_strategy.experiment = experiment
+        return self.generation_strategy.gen(
+            experiment=experiment, num_trials=num_trials, n=n, fixed_features=fixed
         )
 
     def _drop_stale_queue(self) -> None:
         if not self._queue:
             return
-        age = self._num_completed() - self._queue_completed_at
+        done = self._num_completed()
         moved = self.generation_strategy.current_node_name != self._queue_node
-        if age >= self.max_queue_age or moved:
-            logger.debug(
-                "Dropping %d queued run(s): %d trial(s) completed since.",
-                len(self._queue),
-                age,
-            )
-            self._queue.clear()
+        kept = deque(
+            item for item in self._queue if done - item[1] < self.max_queue_age
+        )
+        if moved:
+            kept.clear()
+        if len(kept) < len(self._queue):
+            logger.debug("Dropping %d queued run(s).", len(self._queue) - len(kept))
+        self._queue = kept
 
     def _num_completed(self) -> int:
         return len(self.experiment.trials_by_status[TrialStatus.COMPLETED])
+
+
+class _BackgroundGeneration:
+    r"""One refill of the queue, generated in a thread on an experiment snapshot.
+
+    Attributes:
+        runs: The generated runs (``None`` until done or on failure).
+        error: The exception the generation raised, if any.
+        completed: Completed trials when the snapshot was taken (the runs' age).
+        num_trials: Trials in the experiment at the snapshot.
+        wall, cpu: Wall and thread CPU seconds of the generation.
+    """
+
+    def __init__(
+        self,
+        orchestrator: LookaheadOrchestrator,
+        snapshot: Any,
+        count: int,
+        completed: int,
+        num_trials: int,
+    ) -> None:
+        self.runs: list[list[GeneratorRun]] | None = None
+        self.error: Exception | None = None
+        self.completed = completed
+        self.num_trials = num_trials
+        self.node = orchestrator.generation_strategy.current_node_name
+        self.wall = self.cpu = 0.0
+        self.thread = threading.Thread(
+            target=self._run,
+            args=(orchestrator, snapshot, count),
+            name="botorch_sketch-generation",
+            daemon=True,
+        )
+
+    def _run(
+        self, orchestrator: LookaheadOrchestrator, snapshot: Any, count: int
+    ) -> None:
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            self.runs = orchestrator._generate(
+                count, None, last_node=True, experiment=snapshot
+            )
+        except Exception as err:  # reported by the orchestrator's thread
+            self.error = err
+        self.wall = time.perf_counter() - wall
+        self.cpu = time.thread_time() - cpu
 
 
 def _check_count(name: str, value: Any, minimum: int) -> None:
@@ -750,9 +922,10 @@ def run_trials(
     parallelism: int,
     tolerated_trial_failure_rate: float = 0.5,
     logging_level: int = logging.INFO,
-    lookahead: int = 0,
+    lookahead: int | None = None,
     max_queue_age: int | None = None,
     generate_ahead: bool = False,
+    background: bool = True,
 ) -> LookaheadOrchestrator:
     r"""``client.run_trials`` without its pauses, filling free slots in one call.
 
@@ -762,6 +935,10 @@ def run_trials(
     call (one model fit) per trial. This runs a :class:`LookaheadOrchestrator`
     with that minimum at zero, no sleep between polls (the :class:`RayRunner`'s
     poll waits for a task to finish instead) and all free slots asked for at once.
+    By default the queue holds up to ``2 k`` trials generated ahead and is
+    refilled in a background thread (``lookahead=None``, ``background=True``),
+    so that a freed worker is served from the queue while the next trials are
+    generated.
 
     Args:
         client: A client configured with :func:`configure_ray`.
@@ -770,10 +947,15 @@ def run_trials(
         tolerated_trial_failure_rate: Share of failed trials the run tolerates.
         logging_level: Level of the Orchestrator's log messages.
         lookahead: Trials generated ahead per generation call, queued for the
-            next free slots (:class:`LookaheadOrchestrator`); 0: none.
+            next free slots (:class:`LookaheadOrchestrator`); 0: none;
+            ``None``: ``2 * parallelism``.
         max_queue_age: Completed trials after which queued ones are dropped;
-            ``None``: ``parallelism``.
+            ``None``: ``parallelism`` (plus ``2 * lookahead`` with
+            ``background``).
         generate_ahead: Refill an empty queue while every worker is busy.
+        background: Refill the queue in a thread while workers finish and are
+            served from it (:class:`LookaheadOrchestrator`); ``False``: in the
+            Orchestrator's loop.
 
     Returns:
         The orchestrator (its ``generation_calls`` time every request).
@@ -782,9 +964,13 @@ def run_trials(
         raise ValueError("run_trials needs a client configured with configure_ray")
     _check_count("max_trials", max_trials, minimum=0)
     _check_count("parallelism", parallelism, minimum=1)
+    if lookahead is None:
+        lookahead = 2 * int(parallelism)
     _check_count("lookahead", lookahead, minimum=0)
     if max_queue_age is not None:
         _check_count("max_queue_age", max_queue_age, minimum=1)
+    if not isinstance(background, bool):
+        raise TypeError(f"background must be a bool, got {background!r}")
     storage = client._storage_config
     orchestrator = LookaheadOrchestrator(
         experiment=client._experiment,
@@ -802,6 +988,7 @@ def run_trials(
         lookahead=lookahead,
         max_queue_age=max_queue_age,
         generate_ahead=generate_ahead,
+        background=background,
     )
     orchestrator.run_n_trials(max_trials=max_trials)
     return orchestrator

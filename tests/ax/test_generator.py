@@ -23,7 +23,11 @@ from botorch.acquisition.monte_carlo import qUpperConfidenceBound
 from linear_operator.utils.errors import NotPSDError
 
 import botorch_sketch.ax  # noqa: F401  (registers the generator enum)
-from botorch_sketch.ax.generator import SketchBoTorchGenerator, SketchGenerators
+from botorch_sketch.ax.generator import (
+    SketchBoTorchGenerator,
+    SketchGenerators,
+    clear_fit_cache,
+)
 from botorch_sketch.models import NystromGP
 from botorch_sketch.models.nystrom_fit import SketchState
 from tests.ax.helpers import FAST, same_numeric_environment
@@ -202,3 +206,103 @@ def test_a_corrupt_saved_state_is_discarded_and_refitted(
     generator = loaded._generation_strategy.adapter.generator
     state = SketchState.from_dict(generator.sketch_state)
     assert all(not v.isnan().any() for v in state.hyperparameters.values())
+
+
+def _count_fits(monkeypatch) -> list[int]:
+    """Patch NystromGP's fit to record the training-set size of every fit."""
+    import botorch_sketch.models.nystrom as nystrom
+
+    sizes: list[int] = []
+    original = nystrom.fit_nystrom_gp
+
+    def spy(model, mll, fit_kwargs):
+        sizes.append(model.num_training_points)
+        return original(model, mll, fit_kwargs)
+
+    monkeypatch.setattr(nystrom, "fit_nystrom_gp", spy)
+    return sizes
+
+
+def request(c: Client) -> tuple[int, dict]:
+    """One new trial, left running (a pending point for the next request)."""
+    ((index, parameters),) = c.get_next_trials(max_trials=1).items()
+    return index, parameters
+
+
+def complete(c: Client, index: int, parameters: dict) -> None:
+    x = torch.tensor([parameters["x0"], parameters["x1"]])
+    c.complete_trial(index, raw_data={"f": float(torch.sin(6 * x).sum())})
+
+
+def model_of(c: Client) -> NystromGP:
+    return c._generation_strategy.adapter.generator.surrogate.model
+
+
+def test_the_model_is_reused_while_only_pending_trials_change(monkeypatch):
+    clear_fit_cache()
+    fits = _count_fits(monkeypatch)
+    c = client()
+    run(c, N_INIT + 2)
+    fits.clear()
+    first = request(c)  # new data since the last fit: one fit
+    assert fits == [N_INIT + 2]
+    model = model_of(c)
+    second = request(c)  # only a pending trial more: no fit, the same model
+    assert fits == [N_INIT + 2]
+    assert model_of(c) is model
+    assert second[1] != first[1]  # the pending point is hallucinated
+    generator = c._generation_strategy.adapter.generator
+    assert generator.fit_record["data"]
+    complete(c, *first)
+    request(c)  # new completed data: fitted again
+    assert fits == [N_INIT + 2, N_INIT + 3]
+    assert model_of(c) is not model
+
+
+def test_a_reused_model_gives_the_arms_of_a_refit_and_of_a_reload(
+    monkeypatch, tmp_path
+):
+    clear_fit_cache()
+    c = client()
+    run(c, N_INIT + 2)
+    request(c)
+    path = tmp_path / "experiment.json"
+    c.save_to_json_file(str(path))
+    reused = request(c)[1]  # from the cache
+    # A reloaded experiment (no cache: as in a new process) refits once, from
+    # the state the recorded fit started from, and proposes the same arm.
+    clear_fit_cache()
+    fits = _count_fits(monkeypatch)
+    loaded = Client.load_from_json_file(str(path))
+    assert request(loaded)[1] == reused
+    assert fits == [N_INIT + 2]
+    runs = [gr for gr in loaded._generation_strategy._generator_runs]
+    record = runs[-1]._generator_state_after_gen["fit_record"]
+    assert set(record) == {"data", "start"}
+    assert "fit_record" not in (runs[-1]._generator_kwargs or {})
+
+
+def test_a_failing_generation_leaves_the_reused_model_unchanged(monkeypatch):
+    clear_fit_cache()
+    reference = client()
+    run(reference, N_INIT + 2)
+    request(reference)
+    expected = request(reference)[1]
+    c = client()
+    run(c, N_INIT + 2)
+    request(c)
+    original = SketchBoTorchGenerator.gen
+
+    def failing_gen(self, *args, **kwargs):
+        raise RuntimeError("injected generation failure")
+
+    monkeypatch.setattr(SketchBoTorchGenerator, "gen", failing_gen)
+    with pytest.raises(RuntimeError, match="injected"):
+        request(c)
+    monkeypatch.setattr(SketchBoTorchGenerator, "gen", original)
+    assert request(c)[1] == expected
+
+
+def test_bad_fit_record_is_refused():
+    with pytest.raises(ValueError, match="fit_record"):
+        SketchBoTorchGenerator(fit_record={"data": 3})

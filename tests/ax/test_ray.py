@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -295,7 +297,12 @@ def test_lookahead_run_is_reproducible_and_saves_and_loads(tmp_path):
         configure_ray(client, make_evaluate(), num_workers=1)
         # One worker: the order of events, hence every draw, is fixed.
         orchestrator = run_trials(
-            client, max_trials=8, parallelism=1, lookahead=2, generate_ahead=True
+            client,
+            max_trials=8,
+            parallelism=1,
+            lookahead=2,
+            generate_ahead=True,
+            background=False,
         )
         return client, orchestrator.generation_calls
 
@@ -312,6 +319,51 @@ def test_lookahead_run_is_reproducible_and_saves_and_loads(tmp_path):
     assert trials_by_status(loaded) == {TrialStatus.COMPLETED: list(range(11))}
 
 
+def test_background_refill_serves_freed_workers_and_every_trial_completes_once():
+    client = make_client(initialization_budget=4)
+    configure_ray(client, make_evaluate(sleep=0.05), num_workers=WORKERS)
+    orchestrator = run_trials(
+        client, max_trials=16, parallelism=WORKERS, lookahead=4, background=True
+    )
+
+    trials = client._experiment.trials
+    assert len(trials) == 16
+    assert trials_by_status(client) == {TrialStatus.COMPLETED: list(range(16))}
+    assert data_rows_per_trial(client) == dict.fromkeys(range(16), 1)
+    arms = {tuple(sorted(t.arm.parameters.items())) for t in trials.values()}
+    assert len(arms) == 16  # queued (snapshot) and running trials hallucinated
+    calls = orchestrator.generation_calls
+    assert any(c.background and c.generated > 0 for c in calls)
+    assert sum(c.from_queue for c in calls) > 0
+    # The refill thread is gone and the strategy points at the experiment again.
+    assert orchestrator._worker is None
+    assert client._generation_strategy.experiment is client._experiment
+
+
+def test_a_failing_background_refill_is_reported_and_the_run_goes_on(
+    monkeypatch, caplog
+):
+    import botorch_sketch.ax.ray as ray_module
+
+    original = ray_module.gen_filled_batch
+
+    def fails_in_thread(*args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("injected refill failure")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ray_module, "gen_filled_batch", fails_in_thread)
+    client = make_client(initialization_budget=4)
+    configure_ray(client, make_evaluate(sleep=0.05), num_workers=WORKERS)
+    with caplog.at_level(logging.WARNING, logger="botorch_sketch.ax.ray"):
+        orchestrator = run_trials(
+            client, max_trials=10, parallelism=WORKERS, lookahead=2, background=True
+        )
+    assert trials_by_status(client) == {TrialStatus.COMPLETED: list(range(10))}
+    assert "injected refill failure" in caplog.text
+    assert all(c.generated == 0 for c in orchestrator.generation_calls if c.background)
+
+
 @pytest.mark.parametrize(
     "kwargs, error",
     [
@@ -319,6 +371,7 @@ def test_lookahead_run_is_reproducible_and_saves_and_loads(tmp_path):
         ({"lookahead": True}, TypeError),
         ({"max_queue_age": 0}, ValueError),
         ({"parallelism": 0}, ValueError),
+        ({"background": 1}, TypeError),
     ],
 )
 def test_run_trials_rejects_bad_queue_arguments(kwargs, error):
