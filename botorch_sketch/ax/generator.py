@@ -65,6 +65,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -123,11 +124,14 @@ MULTI_OBJECTIVE_ACQF = qLogNoisyExpectedHypervolumeImprovement
 #: Fitted surrogates kept for reuse (module docstring), most recent last.
 FIT_CACHE_SIZE = 4
 _FIT_CACHE: OrderedDict[str, Surrogate] = OrderedDict()
+#: Guards ``_FIT_CACHE`` (``run_trials`` may generate in a background thread).
+_FIT_CACHE_LOCK = threading.Lock()
 
 
 def clear_fit_cache() -> None:
     r"""Forget every fitted model kept for reuse (the next fits rerun)."""
-    _FIT_CACHE.clear()
+    with _FIT_CACHE_LOCK:
+        _FIT_CACHE.clear()
 
 
 class SketchBoTorchGenerator(BoTorchGenerator):
@@ -233,9 +237,13 @@ class SketchBoTorchGenerator(BoTorchGenerator):
         cache_key = None
         if data_key is not None:
             cache_key = self._cache_key(data_key, start, additional_model_inputs)
-        cached = _FIT_CACHE.get(cache_key) if cache_key is not None else None
+        cached = None
+        if cache_key is not None:
+            with _FIT_CACHE_LOCK:
+                cached = _FIT_CACHE.get(cache_key)
+                if cached is not None:
+                    _FIT_CACHE.move_to_end(cache_key)
         if cached is not None:
-            _FIT_CACHE.move_to_end(cache_key)
             self._surrogate, self._shared_surrogate = cached, True
             logger.debug("NystromGP reused: the data did not change since its fit.")
         else:
@@ -256,10 +264,11 @@ class SketchBoTorchGenerator(BoTorchGenerator):
                 None if data_key is None else {"data": data_key, "start": start}
             )
             if cached is None and cache_key is not None:
-                _FIT_CACHE[cache_key] = self.surrogate
+                with _FIT_CACHE_LOCK:
+                    _FIT_CACHE[cache_key] = self.surrogate
+                    while len(_FIT_CACHE) > FIT_CACHE_SIZE:
+                        _FIT_CACHE.popitem(last=False)
                 self._shared_surrogate = True
-                while len(_FIT_CACHE) > FIT_CACHE_SIZE:
-                    _FIT_CACHE.popitem(last=False)
 
     def _fit_from(
         self,
