@@ -7,8 +7,10 @@ observed point after 250 / 500 / 1,000 evaluations and the CPU seconds
 
 ``--turbo1 PATH`` adds the TuRBO-1 baseline of ``PATH`` (a ``turbo1.py`` with
 ``run_turbo1``), run on the same problems and noise. ``--set KEY=VALUE ...`` passes
-options to turbo-bkb (JSON values: ``thompson='"embedding"'``,
-``exact_max_n=1000``).
+options to turbo-bkb, or to ``NystromGP`` in ``--ablation`` (JSON values:
+``thompson='"embedding"'``, ``exact_max_n=1000``). ``--init N``: Ax's Sobol
+points before turbo-bkb (default ``2 d``). ``--cold-fit``: turbo-bkb fits each
+region model from scratch (no warm start), as TuRBO-1.
 
 ``--ablation MODEL SAMPLER CENTRE SUCCESS`` runs the loop of ``turbo1.py`` with
 one piece swapped at a time instead of the Ax strategies (the diagnosis in
@@ -76,7 +78,13 @@ def trace(f, X: torch.Tensor, Y: torch.Tensor) -> dict[int, float]:
 
 
 def run_ax(
-    method: str, f, seed: int, budget: int, batch: int, extra: dict | None = None
+    method: str,
+    f,
+    seed: int,
+    budget: int,
+    batch: int,
+    extra: dict | None = None,
+    init: int | None = None,
 ) -> dict:
     d = f.dim
     names = [f"x{i}" for i in range(d)]
@@ -88,7 +96,7 @@ def run_ax(
         ]
     )
     client.configure_optimization(objective="-f")
-    options = {"seed": seed, "initialization_budget": 2 * d}
+    options = {"seed": seed, "initialization_budget": init or 2 * d}
     if method == "bbkb":
         options["min_batch_size"] = batch
     if method == "turbo-bkb":
@@ -120,17 +128,30 @@ def run_turbo1(path: str, f, seed: int, budget: int, batch: int) -> dict:
     return {"best": trace(f, res.X, res.Y), "cpu": cpu}
 
 
-def _fit(kind: str, X: torch.Tensor, Y: torch.Tensor):
-    """``SingleTaskGP`` or ``NystromGP`` on ``X`` and the values ``Y`` (``n``,
-    maximised), fitted by ``fit_gpytorch_mll``."""
+def _fit(kind: str, X: torch.Tensor, Y: torch.Tensor, options: dict | None = None):
+    """``SingleTaskGP`` or ``NystromGP`` (with ``options``) on ``X`` and the values
+    ``Y`` (``n``, maximised), fitted by ``fit_gpytorch_mll``; ``options["y_jitter"]``
+    adds seeded Gaussian noise of that sd to ``Y`` first (a perturbation test)."""
+    options = dict(options or {})
+    jitter = options.pop("y_jitter", 0.0)
+    if jitter:  # a perturbation far below the noise: does the run diverge?
+        g = torch.Generator().manual_seed(len(Y))
+        Y = Y + jitter * torch.randn(Y.shape, generator=g, dtype=Y.dtype)
     cls = SingleTaskGP if kind == "stgp" else NystromGP
-    kwargs = {} if kind == "stgp" else {"seed": 0}
+    kwargs = {} if kind == "stgp" else {"seed": 0, **options}
     model = cls(X, Y.unsqueeze(-1), **kwargs)
     fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
     return model
 
 
-def run_ablation(parts: list[str], f, seed: int, budget: int, batch: int) -> dict:
+def run_ablation(
+    parts: list[str],
+    f,
+    seed: int,
+    budget: int,
+    batch: int,
+    options: dict | None = None,
+) -> dict:
     """``turbo1.py``'s loop (minimisation, same seeds and noise) with the model,
     the sampler, the centre and the success test chosen by ``parts``."""
     sys.path.insert(0, "benchmarks")
@@ -153,7 +174,7 @@ def run_ablation(parts: list[str], f, seed: int, budget: int, batch: int) -> dic
             )
             X, Y = X_next[:0].double(), torch.empty(0, dtype=torch.float64)
         else:
-            model = _fit(kind, X, -Y)
+            model = _fit(kind, X, -Y, options)
             with torch.no_grad():
                 mean = model.posterior(X).mean.reshape(-1)
             c = X[Y.argmin()] if centre == "obs" else X[mean.argmax()]
@@ -173,7 +194,7 @@ def run_ablation(parts: list[str], f, seed: int, budget: int, batch: int) -> dic
             state.update(Y_next)
         elif len(Y):  # posterior means of one model on old and new points
             XX, YY = torch.cat([X, X_next]), torch.cat([Y, Y_next])
-            refit = _fit(kind, XX, -YY)
+            refit = _fit(kind, XX, -YY, options)
             with torch.no_grad():
                 mu = -refit.posterior(XX).mean.reshape(-1)
             state.best = float(mu[: len(Y)].min())
@@ -185,6 +206,18 @@ def run_ablation(parts: list[str], f, seed: int, budget: int, batch: int) -> dic
         all_Y.append(Y_next)
     cpu = time.process_time() - cpu0
     return {"best": trace(f, torch.cat(all_X), torch.cat(all_Y)), "cpu": cpu}
+
+
+def _cold_region_fits() -> None:
+    """Make turbo-bkb fit every region model cold, as TuRBO-1 does (a diagnosis
+    switch: the generator passes the previous sketch as ``warm_start``)."""
+    from botorch_sketch.ax import turbo
+    from botorch_sketch.trust_region import fit_region_model
+
+    def cold(X, Y, warm_start=None, **options):
+        return fit_region_model(X, Y, warm_start=None, **options)
+
+    turbo.fit_region_model = cold
 
 
 def main() -> None:
@@ -199,8 +232,18 @@ def main() -> None:
         "--set", nargs="*", default=[], help="turbo-bkb options, KEY=JSON_VALUE"
     )
     p.add_argument("--ablation", nargs=4, default=None)
+    p.add_argument(
+        "--init", type=int, default=None, help="Ax's Sobol points (default 2 d)"
+    )
+    p.add_argument(
+        "--cold-fit",
+        action="store_true",
+        help="turbo-bkb fits each region model from scratch (no warm start)",
+    )
     args = p.parse_args()
     torch.set_num_threads(1)
+    if args.cold_fit:
+        _cold_region_fits()
     logging.getLogger("ax").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     for name in args.problems:
@@ -208,19 +251,30 @@ def main() -> None:
         methods = ["ablation"] if args.ablation else args.methods
         for method in methods:
             for seed in args.seeds:
+                label = method
+                extra = dict(kv.split("=", 1) for kv in args.set)
+                extra = {k: json.loads(v) for k, v in extra.items()}
                 if method == "ablation":
-                    out = run_ablation(args.ablation, f, seed, args.budget, args.batch)
-                    method = "ablation:" + "/".join(args.ablation)
+                    out = run_ablation(
+                        args.ablation, f, seed, args.budget, args.batch, extra
+                    )
+                    label = "ablation:" + "/".join(args.ablation)
+                    if extra:
+                        label += ":" + ",".join(args.set)
                 elif method == "turbo1":
                     out = run_turbo1(args.turbo1, f, seed, args.budget, args.batch)
                 else:
-                    extra = dict(kv.split("=", 1) for kv in args.set)
-                    extra = {k: json.loads(v) for k, v in extra.items()}
-                    out = run_ax(method, f, seed, args.budget, args.batch, extra)
+                    out = run_ax(
+                        method, f, seed, args.budget, args.batch, extra, args.init
+                    )
                     if extra:
-                        method += ":" + ",".join(args.set)
+                        label += ":" + ",".join(args.set)
+                    if args.init:
+                        label += f":init={args.init}"
+                    if args.cold_fit:
+                        label += ":cold-fit"
                 out["load"] = open("/proc/loadavg").read().split()[0]
-                row = {"problem": name, "method": method, "seed": seed, **out}
+                row = {"problem": name, "method": label, "seed": seed, **out}
                 print(json.dumps(row), flush=True)
 
 

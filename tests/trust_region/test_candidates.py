@@ -97,3 +97,42 @@ def test_generate_batch_rejects_bad_q():
         generate_batch(
             model, TrustRegionState(dim=2, batch_size=1), X, 1, thompson="exact"
         )
+
+
+def test_cold_region_model_is_turbos_exact_gp_and_picks_its_batch():
+    # Below exact_max_n the region's NystromGP, fitted cold, is SingleTaskGP
+    # (same defaults and fit): same hyperparameters, same joint posterior over
+    # the candidates, so the same seeded joint Thompson batch.
+    from botorch.fit import fit_gpytorch_mll
+    from botorch.models import SingleTaskGP
+    from gpytorch.mlls import ExactMarginalLogLikelihood
+
+    from botorch_sketch.trust_region.candidates import joint_thompson
+
+    g = torch.Generator().manual_seed(3)
+    X = torch.rand(60, 3, generator=g, dtype=torch.float64)
+    Y = -((X - 0.6) ** 2).sum(-1, keepdim=True) + 0.01 * torch.randn(
+        60, 1, generator=g, dtype=torch.float64
+    )
+    model = fit_region_model(X, Y, seed=0)
+    exact = SingleTaskGP(X, Y)
+    fit_gpytorch_mll(ExactMarginalLogLikelihood(exact.likelihood, exact))
+    torch.testing.assert_close(
+        lengthscales(model), lengthscales(exact), rtol=1e-3, atol=1e-4
+    )
+    center = X[int(Y.argmax())]
+    bounds = region_bounds(center, lengthscales(model), 0.4)
+    candidates = perturbed_candidates(center, bounds, 300, seed=0)
+    with torch.no_grad():
+        ours, theirs = model.posterior(candidates), exact.posterior(candidates)
+        torch.testing.assert_close(ours.mean, theirs.mean, rtol=0, atol=1e-4)
+        torch.testing.assert_close(
+            ours.distribution.covariance_matrix,
+            theirs.distribution.covariance_matrix,
+            rtol=0,
+            atol=1e-4,
+        )
+    torch.testing.assert_close(
+        joint_thompson(model, candidates, 5, seed=7),
+        joint_thompson(exact, candidates, 5, seed=7),
+    )
