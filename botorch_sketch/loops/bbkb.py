@@ -521,15 +521,7 @@ def run_bbkb(
         max_batch_size, allow_repeats, checkpoint, checkpoint_every, generator,
         seed, cfg,
     )  # fmt: skip
-    known = None
-    if init_rewards is not None:
-        known = torch.as_tensor(init_rewards, dtype=torch.float64).reshape(-1)
-        if known.shape != run.pending.shape:
-            raise ValueError(
-                f"init_rewards has {known.numel()} values for "
-                f"{run.pending.numel()} arms."
-            )
-    return _drive(run, oracle, T, known)
+    return _drive(run, oracle, T, _known_rewards(init_rewards, run.pending))
 
 
 @dataclass
@@ -642,11 +634,6 @@ def _new_run(
     rec = _Recorder(
         T, f_true, progress, desc=f"BBKB[{getattr(rule, '__name__', rule)}]"
     )
-    if init is None:
-        init = torch.randint(arms.shape[0], (1,), generator=g)
-    init = torch.as_tensor(init, dtype=torch.long).reshape(-1)
-    for a in init.tolist():
-        rec.step(a, 0)
     options = {
         "max_batch_size": max_batch_size,
         "allow_repeats": allow_repeats,
@@ -654,7 +641,38 @@ def _new_run(
         "checkpoint": checkpoint,
         "checkpoint_every": checkpoint_every,
     }
+    return _start_run(engine, rec, arms, init, g, options)
+
+
+def _start_run(
+    engine: BBKBEngine | ExactBUCBEngine,
+    rec: _Recorder,
+    arms: Tensor,
+    init: Tensor | None,
+    generator: torch.Generator,
+    options: dict[str, Any],
+) -> BBKBRunState:
+    r"""A run whose first batch is ``init`` (one arm drawn with ``generator``
+    when ``None``), recorded as batch 0, its rewards still to be observed."""
+    if init is None:
+        init = torch.randint(arms.shape[0], (1,), generator=generator)
+    init = torch.as_tensor(init, dtype=torch.long).reshape(-1)
+    for a in init.tolist():
+        rec.step(a, 0)
     return BBKBRunState(engine, rec, init.to(arms.device), False, options)
+
+
+def _known_rewards(init_rewards: Tensor | None, init: Tensor) -> Tensor | None:
+    r"""``init_rewards`` as a float64 vector matching the first batch ``init``
+    (``None`` when not given: the oracle is asked)."""
+    if init_rewards is None:
+        return None
+    known = torch.as_tensor(init_rewards, dtype=torch.float64).reshape(-1)
+    if known.shape != init.shape:
+        raise ValueError(
+            f"init_rewards has {known.numel()} values for {init.numel()} arms."
+        )
+    return known
 
 
 def _resumed_run(
@@ -859,11 +877,6 @@ def run_gp_bucb(
     )
     g = _make_generator(generator, seed)
     rec = _Recorder(T, f_true, progress, desc="GP-BUCB" if C > 1 else "GP-UCB")
-    if init is None:
-        init = torch.randint(arms.shape[0], (1,), generator=g)
-    init = torch.as_tensor(init, dtype=torch.long).reshape(-1)
-    for a in init.tolist():
-        rec.step(a, 0)
     options = {
         "max_batch_size": max_batch_size,
         "allow_repeats": allow_repeats,
@@ -871,15 +884,8 @@ def run_gp_bucb(
         "checkpoint": None,
         "checkpoint_every": 1,
     }
-    run = BBKBRunState(engine, rec, init.to(arms.device), False, options)
-    known = None
-    if init_rewards is not None:
-        known = torch.as_tensor(init_rewards, dtype=torch.float64).reshape(-1)
-        if known.shape != init.shape:
-            raise ValueError(
-                f"init_rewards has {known.numel()} values for {init.numel()} arms."
-            )
-    return _drive(run, oracle, T, known)
+    run = _start_run(engine, rec, arms, init, g, options)
+    return _drive(run, oracle, T, _known_rewards(init_rewards, run.pending))
 
 
 def _no_checkpoint_resume() -> BBKBRunState:
