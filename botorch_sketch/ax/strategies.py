@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -357,7 +358,7 @@ _RECIPES["turbo-bkb"] = StrategyRecipe(
     node_name="TuRBO-BKB",
     summary="trust region around the incumbent (TuRBO-1, Eriksson et al., NeurIPS "
     "2019) on NystromGP, batches by Thompson sampling",
-    generator_kwargs=turbo_generator_kwargs,
+    generator_kwargs=partial(turbo_generator_kwargs, model_keys=tuple(_SKETCH_OPTIONS)),
     options={**_SKETCH_OPTIONS, **TURBO_OPTIONS},
     single_objective=True,
 )

@@ -112,17 +112,6 @@ TURBO_OPTIONS: dict[str, Any] = {
 #: How the region's incumbent (centre and success test) is chosen.
 INCUMBENTS = ("mean", "observed")
 
-#: ``NystromGP`` options the generator passes through.
-MODEL_OPTIONS = (
-    "q_bar",
-    "max_dictionary_size",
-    "fit_subset_size",
-    "exact_max_n",
-    "refit_growth",
-    "refit_tolerance",
-    "refit_max_iterations",
-)
-
 
 class TurboGenerator(TorchGenerator):
     r"""TuRBO-1 on ``NystromGP``, one batch per Ax call (module docstring).
@@ -474,9 +463,13 @@ def _objective(config: TorchOptConfig) -> tuple[float, int]:
     return (1.0 if float(rows[0, outcome]) > 0 else -1.0), outcome
 
 
-def turbo_generator_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
+def turbo_generator_kwargs(
+    opts: dict[str, Any], model_keys: Sequence[str]
+) -> dict[str, Any]:
     r"""The generator's keyword arguments from a strategy's options (validates
-    the region settings together: ``0 < length_min <= length_init <= length_max``).
+    the region settings together: ``0 < length_min <= length_init <= length_max``);
+    the options named in ``model_keys`` (the strategies' ``NystromGP`` options)
+    go to the region's model.
     """
     settings = {key: opts[key] for key in TURBO_OPTIONS if key != "candidate_set"}
     batch_size, num_candidates, thompson, best = (
@@ -487,7 +480,7 @@ def turbo_generator_kwargs(opts: dict[str, Any]) -> dict[str, Any]:
     )
     TrustRegionState(dim=1, batch_size=1, length=settings["length_init"], **settings)
     model_options = {"seed": opts["seed"]}
-    model_options.update({key: opts[key] for key in MODEL_OPTIONS if key in opts})
+    model_options.update({key: opts[key] for key in model_keys if key in opts})
     return {
         **settings,
         "batch_size": batch_size,
