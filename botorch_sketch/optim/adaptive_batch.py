@@ -570,13 +570,17 @@ def _basin_points(
         A list of ``k_c x d`` tensors (one per centre that gets points; empty
         when ``num_points`` is 0 or no other basin has a training point).
     """
+    if num_points < 1:
+        return []
     X, _ = _scored_inputs(model, transform)
-    if num_points < 1 or X.shape[0] == 0:
+    if X.shape[0] == 0:
         return []
     score_fn = _mean_scores(model, transform)
     scores = score_fn(X)
     tolerance = BASIN_TOLERANCE * float(scores.max() - scores.min())
-    found = hill_valley_centers(X, score_fn, THOMPSON_BASIN_CENTERS + 1, tolerance)
+    found = hill_valley_centers(
+        X, score_fn, THOMPSON_BASIN_CENTERS + 1, tolerance, scores=scores
+    )
     centers = X[found[1:]]
     logger.debug("Thompson fill basin centres: %s.", centers.tolist())
     if centers.shape[0] == 0:
@@ -589,15 +593,13 @@ def _basin_points(
     for j, (center, count) in enumerate(zip(centers, counts, strict=True)):
         if count == 0:
             continue
-        steps = torch.randn(
+        near = _gaussian_steps(
+            center.unsqueeze(0),
+            bounds,
             THOMPSON_BASIN_PER_CENTER,
-            bounds.shape[-1],
-            generator=gen,
-            dtype=bounds.dtype,
-            device=bounds.device,
+            THOMPSON_BASIN_STEP,
+            gen,
         )
-        near = center.to(bounds) + THOMPSON_BASIN_STEP * (bounds[1] - bounds[0]) * steps
-        near = torch.minimum(torch.maximum(near, bounds[0]), bounds[1])
         sampler = EmbeddingThompsonSampling(
             model, posterior_transform=transform, replacement=False, seed=seed + j
         )
@@ -670,26 +672,43 @@ def _far_mask(points: Tensor, centers: Tensor, bounds: Tensor) -> Tensor:
 
 
 def _near_points(centers: Tensor, bounds: Tensor, seed: int) -> Tensor:
-    r"""Gaussian steps around ``centers`` (:func:`thompson_fill_points`).
-
+    r"""Gaussian steps around ``centers`` (:func:`thompson_fill_points`):
     ``THOMPSON_LOCAL_PER_CENTER`` steps of ``THOMPSON_LOCAL_STEP`` times the box
-    side around each centre, clamped to the box.
+    side around each (:func:`_gaussian_steps`).
 
     Returns:
         A ``k x d`` tensor (``k = centers x THOMPSON_LOCAL_PER_CENTER``).
     """
+    gen = torch.Generator(device=bounds.device).manual_seed(seed + 1)
+    return _gaussian_steps(
+        centers, bounds, THOMPSON_LOCAL_PER_CENTER, THOMPSON_LOCAL_STEP, gen
+    )
+
+
+def _gaussian_steps(
+    centers: Tensor,
+    bounds: Tensor,
+    per_center: int,
+    step: float,
+    generator: torch.Generator,
+) -> Tensor:
+    r"""``per_center`` Gaussian steps of sd ``step`` times the box side around
+    each of ``centers`` (``k x d``), clamped to the box ``bounds`` (``2 x d``).
+
+    Returns:
+        A ``(k per_center) x d`` tensor, the steps of each centre together.
+    """
     d = bounds.shape[-1]
     centers = centers.to(bounds)
-    gen = torch.Generator(device=bounds.device).manual_seed(seed + 1)
     steps = torch.randn(
         centers.shape[0],
-        THOMPSON_LOCAL_PER_CENTER,
+        per_center,
         d,
-        generator=gen,
+        generator=generator,
         dtype=bounds.dtype,
         device=bounds.device,
     )
-    near = centers.unsqueeze(1) + THOMPSON_LOCAL_STEP * (bounds[1] - bounds[0]) * steps
+    near = centers.unsqueeze(1) + step * (bounds[1] - bounds[0]) * steps
     near = torch.minimum(torch.maximum(near, bounds[0]), bounds[1])
     return near.reshape(-1, d)
 

@@ -38,6 +38,7 @@ def hill_valley_centers(
     num_centers: int,
     tolerance: float = 0.0,
     num_interior: int = DEFAULT_INTERIOR_POINTS,
+    scores: Tensor | None = None,
 ) -> Tensor:
     r"""The best point of each of up to ``num_centers`` basins of ``score_fn``.
 
@@ -55,6 +56,7 @@ def hill_valley_centers(
         tolerance: Depth ``tau >= 0`` a dip must exceed to separate two basins,
             in the units of the scores.
         num_interior: Interior points ``r >= 1`` per segment.
+        scores: ``score_fn(X)`` (``n``) when the caller has it already.
 
     Returns:
         A ``k``-vector of row indices of ``X`` (``k <= num_centers``), best
@@ -67,7 +69,13 @@ def hill_valley_centers(
         raise ValueError(f"X must be a non-empty n x d tensor, got {tuple(X.shape)}.")
     if not (isinstance(tolerance, (int, float)) and tolerance >= 0):
         raise ValueError(f"tolerance must be a number >= 0, got {tolerance!r}.")
-    scores = _scores(score_fn, X)
+    if scores is None:
+        scores = _scores(score_fn, X)
+    elif scores.shape != X.shape[:1]:
+        raise ValueError(
+            f"scores must have one value per row of X ({X.shape[0]}), got "
+            f"{tuple(scores.shape)}."
+        )
     order = torch.argsort(scores, descending=True)
     t = torch.arange(1, num_interior + 1, dtype=X.dtype, device=X.device) / (
         num_interior + 1

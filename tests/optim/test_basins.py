@@ -58,6 +58,23 @@ def test_chunked_scores_match(monkeypatch):
     )
 
 
+def test_given_scores_are_used_and_checked():
+    """Scores the caller already has give the same centres without calling
+    score_fn on X again; scores of the wrong shape are refused."""
+    X = torch.tensor([[0.78], [0.9], [0.65], [0.25], [0.1], [0.5]], dtype=DT)
+    calls = []
+
+    def counted(Z):
+        calls.append(Z.shape[0])
+        return two_wells(Z)
+
+    got = hill_valley_centers(X, counted, 5, scores=two_wells(X))
+    assert got.tolist() == hill_valley_centers(X, two_wells, 5).tolist()
+    assert X.shape[0] not in calls  # only segments (multiples of 5 rows)
+    with pytest.raises(ValueError, match="one value per row"):
+        hill_valley_centers(X, two_wells, 5, scores=two_wells(X)[:3])
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
