@@ -65,10 +65,9 @@ def apply_variant(variant: str) -> None:
             adaptive_batch.THOMPSON_FAR_SHARE = 0.0
         elif part.startswith("far"):
             adaptive_batch.THOMPSON_FAR_SHARE = float(part[3:])
-        elif part.startswith("hv-basin"):
-            adaptive_batch.THOMPSON_BASIN_SHARE = float(part[8:])
-        elif part.startswith("basin"):
-            adaptive_batch.THOMPSON_BASIN_SHARE = float(part[5:])
+        elif part.removeprefix("hv-").startswith("basin"):
+            share = part.removeprefix("hv-").removeprefix("basin")
+            adaptive_batch.THOMPSON_BASIN_SHARE = float(share)
         elif part.startswith("temp"):
             adaptive_batch.EmbeddingThompsonSampling = _tempered(float(part[4:]))
         else:
