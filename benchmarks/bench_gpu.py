@@ -27,11 +27,13 @@ appended as each row ends, with the machine line) and ``gpu_<device>.md``.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import math
 import sys
 import time
+import traceback
 import warnings
 from pathlib import Path
 from typing import Any
@@ -47,7 +49,7 @@ from botorch_sketch.models import NystromGP
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_nystrom import load_data  # noqa: E402
-from bench_perf import LAM, LENGTHSCALE, NOISE_STD, Q_BAR, C, cadata  # noqa: E402
+from bench_perf import ENGINE_CONFIGS, LAM, NOISE_STD, Q_BAR, C, cadata  # noqa: E402
 from harness import RESULTS, machine_details, markdown_table  # noqa: E402
 
 logger = logging.getLogger("bench_gpu")
@@ -98,6 +100,8 @@ def model_row(
     data = {k: v.to(device) for k, v in load_data(dataset, n, args.seed).items()}
     X, Y = data["train_X"], data["train_Y"]
     cpu_start = time.process_time()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     if method == "exact":
         model = SingleTaskGP(X, Y)
     elif method == "nystrom":
@@ -130,6 +134,7 @@ def model_row(
         "m": getattr(model, "dictionary_size", n),
         **_report(model),
         "cpu_s": time.process_time() - cpu_start,
+        "peak_gb": _peak_gb(device),
         "load": _load(),
     }
 
@@ -143,6 +148,13 @@ def _report(model: Any) -> dict[str, Any]:
     return {k: report.get(k) for k in keys}
 
 
+def _peak_gb(device: torch.device) -> float | None:
+    """Peak GPU memory allocated since the row began, GB (``None`` off a GPU)."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.max_memory_allocated(device) / 1e9
+
+
 def _load() -> float:
     try:
         with open("/proc/loadavg") as fh:
@@ -152,22 +164,29 @@ def _load() -> float:
 
 
 def bbkb_row(rows: int | None, T: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Global-BBKB in the ``std`` configuration of ``bench_perf.py`` (the issue-25
+    engine target: standardized Cadata, reference-code beta, two seeded initial
+    arms), on ``rows`` tiled rows when given."""
     device = torch.device(args.device)
-    X, f = cadata("standardized")
+    scaling, lengthscale, opts = ENGINE_CONFIGS["std"]
+    X, f = cadata(scaling)
     if rows is not None:
         g = torch.Generator().manual_seed(args.seed)
         reps = math.ceil(rows / X.shape[0])
         X = X.repeat(reps, 1)[:rows]
         X = X + 1e-3 * torch.randn(X.shape, generator=g, dtype=X.dtype)
         f = f.repeat(reps)[:rows]
+    g = torch.Generator().manual_seed(args.seed)
+    init = torch.randperm(X.shape[0], generator=g)[:2]
+    opts = {**opts, "F": 1.0, "delta": 1.0 / T, "init": init.to(device)}
     X, f = X.to(device), f.to(device)
-    oracle = noisy_oracle(f, NOISE_STD, torch.Generator().manual_seed(1000))
+    oracle = noisy_oracle(f, NOISE_STD, torch.Generator().manual_seed(1000 + args.seed))
     res, loop_s = clock(
         lambda: run_bbkb(
             X,
             oracle,
             T,
-            fixed_rbf_kernel(LENGTHSCALE),
+            fixed_rbf_kernel(lengthscale),
             LAM,
             C=C,
             q_bar=Q_BAR,
@@ -175,19 +194,22 @@ def bbkb_row(rows: int | None, T: int, args: argparse.Namespace) -> dict[str, An
             f_true=f,
             seed=args.seed,
             progress=False,
+            **opts,
         ),  # fmt: skip
         device,
     )
+    arms = ",".join(map(str, res.arms.tolist())).encode()
     return {
         "kind": "bbkb",
         "dataset": "cadata" if rows is None else f"cadata tiled {rows:,}",
         "n": int(X.shape[0]),
-        "method": "global-bbkb",
+        "method": "global-bbkb std",
         "T": T,
         "loop_s": loop_s,
         "regret_ratio": float(res.regret_ratio(f.cpu())[-1]),
         "batches": res.num_batches,
         "m": int(res.dict_size.max()),
+        "arms_sha": hashlib.sha256(arms).hexdigest()[:12],
     }
 
 
@@ -230,9 +252,10 @@ def report(rows: list[dict[str, Any]], path: Path, machine: str, argv: str) -> N
         "total_s",
         "cpu_s",
         "nll",
+        "peak_gb",
         "load",
     ]
-    bcols = ["dataset", "n", "T", "loop_s", "regret_ratio", "batches", "m"]
+    bcols = ["dataset", "n", "T", "loop_s", "regret_ratio", "batches", "m", "arms_sha"]
     text = [
         f"# NystromGP and BBKB on `{rows[0]['device'] if rows else '?'}`",
         "",
@@ -292,8 +315,15 @@ def main(argv: list[str] | None = None) -> int:
     for kind, job in plan(args):
         try:
             row = model_row(*job, args) if kind == "model" else bbkb_row(*job, args)
-        except torch.OutOfMemoryError as err:  # recorded, not fatal
-            row = {"kind": kind, "dataset": str(job[0]), "error": str(err)[:200]}
+        except Exception as err:  # out of memory or a failure: recorded, not fatal
+            message = f"{type(err).__name__}: {err}"[:300]
+            row = {
+                "kind": kind,
+                "dataset": str(job[0]),
+                "job": str(job),
+                "error": message,
+                "traceback": traceback.format_exc()[-1200:],
+            }
         row["device"] = args.device
         rows.append(row)
         logger.info(json.dumps(row))

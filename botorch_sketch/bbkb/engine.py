@@ -358,7 +358,7 @@ class BBKBEngine:
         pad = X.new_zeros(m + X.shape[0])
         sub = rebuild(
             torch.cat([self.arms[S], rows, X]), self._keeper.kernel,
-            torch.arange(m), torch.cat([pad[:m], counts, pad[m:]]),
+            torch.arange(m, device=X.device), torch.cat([pad[:m], counts, pad[m:]]),
             torch.cat([pad[:m], sums, pad[m:]]), self.lam,
         )  # fmt: skip
         j = m + rows.shape[0]

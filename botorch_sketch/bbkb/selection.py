@@ -115,7 +115,7 @@ class LazyUCBSelector:
         r = state.rank
         self.s2 = state.s2_0.clone()
         self.u = self._mu + self.alpha * self.s2.sqrt()
-        self.tau = torch.zeros(state.num_arms, dtype=torch.long)
+        self.tau = torch.zeros(state.num_arms, dtype=torch.long, device=self.s2.device)
         self.t = 0
         self.L = state.L.clone()
         self._H = self._Z.new_empty(64, r)
@@ -182,7 +182,7 @@ class LazyUCBSelector:
             self.n_refreshed = idx.numel()
         else:
             seed = i if self.allow_repeats else int(torch.argmax(self.u))
-            seed_idx = torch.tensor([seed])
+            seed_idx = torch.tensor([seed], device=self.u.device)
             self._refresh(seed_idx)
             idx = (self.u >= self.u[seed]).nonzero().squeeze(-1)
             idx = idx[self.tau[idx] < self.t]
@@ -210,7 +210,7 @@ class LazyUCBSelector:
             return
         P = self._Z[idx] @ self._H[self.t - kk : self.t].mT  # n x kk
         if kk > 1:
-            P = P * (torch.arange(kk) >= (kk - k).unsqueeze(-1))
+            P = P * (torch.arange(kk, device=P.device) >= (kk - k).unsqueeze(-1))
         s2 = self.s2[idx] - P.pow(2).sum(-1)
         self.s2[idx] = torch.maximum(s2, self._resid[idx])
 

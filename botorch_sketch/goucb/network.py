@@ -21,6 +21,7 @@ parameters are never modified here.
 from __future__ import annotations
 
 import math
+from copy import deepcopy
 from dataclasses import dataclass
 
 import torch
@@ -89,14 +90,24 @@ def reset_parameters(module: nn.Module, seed: int) -> nn.Module:
 
     Every submodule with a ``reset_parameters`` method (``nn.Linear``, convolutions,
     norms, ...) is reset under a forked global RNG seeded with ``seed``, so the
-    caller's random state is untouched and the draw is reproducible. Modules
+    caller's random state is untouched and the draw is reproducible; a module
+    off the CPU gets the values drawn on a CPU copy (the same on every device). Modules
     without ``reset_parameters`` keep their values.
 
     Returns:
         The same module.
     """
-    devices = [p.device for p in module.parameters() if p.device.type == "cuda"]
-    with torch.random.fork_rng(devices=devices):
+    params = list(module.parameters()) + list(module.buffers())
+    if any(t.device.type != "cpu" for t in params):
+        # Drawn on a CPU copy, then copied in: the same values on every device.
+        cpu = reset_parameters(deepcopy(module).cpu(), seed)
+        with torch.no_grad():
+            for dst, src in zip(
+                params, [*cpu.parameters(), *cpu.buffers()], strict=True
+            ):
+                dst.copy_(src)
+        return module
+    with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for sub in module.modules():
             reset = getattr(sub, "reset_parameters", None)

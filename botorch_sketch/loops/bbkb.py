@@ -131,8 +131,12 @@ class BanditResult:
 
     def regret_ratio(self, f_true: Tensor) -> Tensor:
         r"""``R_t / R_t^unif``, expected uniform regret (:func:`uniform_regret`)."""
-        t = torch.arange(1, self.arms.numel() + 1, dtype=f_true.dtype)
-        return self.cumulative_regret / uniform_regret(f_true, t)
+        regret = self.cumulative_regret
+        f_true = f_true.to(regret.device)
+        t = torch.arange(
+            1, self.arms.numel() + 1, dtype=f_true.dtype, device=regret.device
+        )
+        return regret / uniform_regret(f_true, t)
 
 
 class BBKBInterrupted(RuntimeError):

@@ -269,6 +269,7 @@ class NystromGP(
         self.warm_start = warm_start
         self.sketch_ridge: float | None = None
         self.dictionary_capped = False
+        self.drawn_cap: int | None = None
         self.nystrom_residual: float | None = None
         self.fit_record: tuple[int, float, int] | None = None
         self.num_draws = 0 if warm_start is None else warm_start.num_draws

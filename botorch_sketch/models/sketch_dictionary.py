@@ -73,15 +73,15 @@ class SketchDictionaryMixin:
 
     @property
     def dictionary_report(self) -> dict[str, Any]:
-        r"""What the dictionary is and why: its size, the budget and whether it
-        bound, the ridge it sampled, the mean Nyström residual over the noise
-        where the policy measured it (``0`` for every point), and the size of
-        the hyperparameter fit's subsample."""
+        r"""What the dictionary is and why: its size, the budget in force when it
+        was drawn and whether it bound, the ridge it sampled, the mean Nyström
+        residual over the noise where the policy measured it (``0`` for every
+        point), and the size of the hyperparameter fit's subsample."""
         size = self.dictionary_size  # drawn now if still pending
         return {
             "size": size,
             "n": self.num_training_points,
-            "cap": self._dictionary_cap(),
+            "cap": self._dictionary_cap() if self.drawn_cap is None else self.drawn_cap,
             "capped": self.dictionary_capped,
             "ridge": self.sketch_ridge,
             "residual": self.nystrom_residual,
@@ -122,12 +122,15 @@ class SketchDictionaryMixin:
         self.sketch_ridge, self.dictionary_capped = draw.ridge, draw.capped
         every = draw.ridge is None and draw.indices.numel() == self.num_training_points
         self.nystrom_residual = 0.0 if every else draw.residual
+        # The cap in force for this draw: on a GPU the device's cap depends on the
+        # free memory, which the fitted model's own blocks later reduce.
+        self.drawn_cap = self._dictionary_cap()
         if draw.capped:
             logger.warning(
                 "NystromGP: the sketch budget max_dictionary_size=%s binds (n = %d); "
                 "the dictionary samples the leverage scores of the ridge %.3g instead "
                 "of the noise variance %.3g.",
-                self._dictionary_cap(),
+                self.drawn_cap,
                 self.num_training_points,
                 draw.ridge,
                 float(self.likelihood.noise.mean()),

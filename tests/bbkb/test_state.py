@@ -189,16 +189,21 @@ def test_rebuild_and_loop_on_cuda_match_cpu():
         run_bbkb(
             state.arms.to(d),
             noisy_oracle(f.to(d), 0.01, torch.Generator().manual_seed(0)),
-            60,
+            200,
             state.kernel,
             0.01,
             seed=0,
             progress=False,
+            init=torch.tensor([3, 7], device=d),  # initial arms on the data's device
+            f_true=f.to(d),
         )
         for d in ("cpu", dev)
     ]
     assert runs[1].final_state.s2_0.device.type == "cuda"
-    assert runs[0].arms[:20].tolist() == runs[1].arms[:20].tolist()
+    assert runs[0].arms[:100].tolist() == runs[1].arms[:100].tolist()
+    torch.testing.assert_close(
+        runs[1].regret_ratio(f.to(dev)).cpu(), runs[0].regret_ratio(f)
+    )
 
 
 def _random_resparsifications(seed, A=150, steps=40, keep=0.85, dup=True):

@@ -194,6 +194,25 @@ def test_device_cap_is_honoured_by_fit_resample_and_conditioning(slow_device):
     assert all(device == X.device for device, _ in slow_device)
 
 
+def test_report_keeps_the_cap_in_force_at_the_draw(monkeypatch):
+    """On a GPU the free memory, and so the device's cap, drops once the fitted
+    model holds its blocks: the report gives the cap its dictionary was drawn
+    under, not a later reading."""
+    X, Y = data(300)
+    free = {"bytes": 4 * 300 * 8 * 60 * 2.0}  # the memory term allows 60 points
+
+    def fake(device="cpu", dtype=torch.float64):
+        return DeviceFacts(1e15, free["bytes"], 8)
+
+    monkeypatch.setattr(dictionary_policy, "device_facts", fake)
+    monkeypatch.setattr(nystrom_fit, "device_facts", fake)
+    model = NystromGP(X, Y, seed=0, exact_max_n=0, q_bar=20.0)
+    assert model.dictionary_size <= 60 and model.dictionary_report["capped"]
+    free["bytes"] /= 2  # the model's own blocks now hold memory
+    assert model.dictionary_report["cap"] == 60
+    assert model.dictionary_policy.cap_for(X) == 30
+
+
 def test_device_cap_follows_the_dtype_of_the_data(slow_device):
     X, Y = data(300)
     policy = LeverageScorePolicy()
