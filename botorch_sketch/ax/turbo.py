@@ -7,8 +7,12 @@ NeurIPS 2019) with the sketched GP as the region's model
 1. **fit**: the observations, inputs scaled to the unit cube by the search
    space's bounds, values signed so that larger is better.
 2. **gen**: the observations that arrived since the last call are the last
-   batch. A ``NystromGP`` is fitted on the current region's data, warm-started
-   from the previous call's sketch; the batch is a success when its best value
+   batch. A ``NystromGP`` is fitted on the current region's data: from its
+   initial hyperparameters at every call (``region_fit="cold"``, TuRBO's
+   choice), or warm-started from the previous call's sketch and refitted on
+   :class:`~botorch_sketch.models.NystromGP`'s schedule (``"warm"``: cheaper, but
+   a region shrinks onto structure the previous hyperparameters do not describe,
+   and a warm chain keeps them); the batch is a success when its best value
    beats the best value of the region's earlier points by
    ``improvement_tolerance`` relative (``incumbent="observed"``: observed
    values, as TuRBO; ``"mean"``: posterior means of the same model, which a
@@ -39,10 +43,10 @@ random rows.
 do not pile onto them.
 
 **State.** The region state, the index where the region's data start, the
-number of observations seen and the sketch state are the generator's
-``_get_state()``: Ax stores them in ``generator_state_after_gen`` (also in JSON)
-and passes them back to the next generator, so a reloaded run continues with the
-same arms. Each call's random draws are seeded from ``seed`` and the numbers of
+number of observations seen and (``region_fit="warm"``) the sketch state are the
+generator's ``_get_state()``: Ax stores them in ``generator_state_after_gen``
+(also in JSON) and passes them back to the next generator, so a reloaded run
+continues with the same arms. Each call's random draws are seeded from ``seed`` and the numbers of
 observed and pending points.
 
 Importing this module registers :class:`TurboGenerators` with Ax's JSON decoder.
@@ -106,11 +110,15 @@ TURBO_OPTIONS: dict[str, Any] = {
     "num_candidates": None,
     "thompson": "joint",
     "incumbent": "observed",
+    "region_fit": "cold",
     "candidate_set": None,
 }
 
 #: How the region's incumbent (centre and success test) is chosen.
 INCUMBENTS = ("mean", "observed")
+
+#: How the region's model is fitted at each call (module docstring, step 2).
+REGION_FITS = ("cold", "warm")
 
 
 class TurboGenerator(TorchGenerator):
@@ -132,6 +140,9 @@ class TurboGenerator(TorchGenerator):
             ``"mean"`` (both use posterior means at the observed points; for
             noise that is large against the function's differences, module
             docstring).
+        region_fit: ``"cold"`` (the region's model fitted from its initial
+            hyperparameters at every call, as TuRBO-1) or ``"warm"`` (from the
+            previous call's sketch state, refitted on ``NystromGP``'s schedule).
         seed: Base seed of every draw.
         surrogate_spec: One ``NystromGP`` ``ModelConfig`` whose ``model_options``
             (``q_bar``, ``max_dictionary_size``, ...) build the region's model.
@@ -154,6 +165,7 @@ class TurboGenerator(TorchGenerator):
         num_candidates: int | None = None,
         thompson: str = "joint",
         incumbent: str = "observed",
+        region_fit: str = "cold",
         seed: int = 0,
         surrogate_spec: SurrogateSpec | None = None,
         candidate_set: Any = None,
@@ -186,6 +198,11 @@ class TurboGenerator(TorchGenerator):
         self.num_candidates = num_candidates
         self.thompson = thompson
         self.incumbent = incumbent
+        if region_fit not in REGION_FITS:
+            raise ValueError(
+                f"region_fit must be one of {REGION_FITS}, got {region_fit!r}."
+            )
+        self.region_fit = region_fit
         self.seed = int(seed)
         configs = [] if surrogate_spec is None else surrogate_spec.model_configs
         self.model_options = dict(configs[0].model_options) if configs else {}
@@ -253,7 +270,8 @@ class TurboGenerator(TorchGenerator):
         region_X, region_Y = X[start:], Y[start:]
         if region_X.shape[0] >= min_region_points(d):
             model = fit_region_model(
-                region_X, region_Y, warm_start=sketch,
+                region_X, region_Y,
+                warm_start=sketch if self.region_fit == "warm" else None,
                 **{"seed": self.seed, **self.model_options},
             )  # fmt: skip
             state = self._update(state, model, region_X, region_Y, seen - start)
@@ -262,7 +280,8 @@ class TurboGenerator(TorchGenerator):
                 state, start, sketch = restart_state(state), num_obs, None
                 self.surrogate.model = None
             else:
-                sketch = model.sketch_state().to_dict()
+                warm = self.region_fit == "warm"
+                sketch = model.sketch_state().to_dict() if warm else None
                 self.surrogate.model = model
                 info["dictionary_size"] = model.dictionary_size
         points = X.new_zeros(0, d)
@@ -472,11 +491,12 @@ def turbo_generator_kwargs(
     go to the region's model.
     """
     settings = {key: opts[key] for key in TURBO_OPTIONS if key != "candidate_set"}
-    batch_size, num_candidates, thompson, best = (
+    batch_size, num_candidates, thompson, best, region_fit = (
         settings.pop("batch_size"),
         settings.pop("num_candidates"),
         settings.pop("thompson"),
         settings.pop("incumbent"),
+        settings.pop("region_fit"),
     )
     TrustRegionState(dim=1, batch_size=1, length=settings["length_init"], **settings)
     model_options = {"seed": opts["seed"]}
@@ -487,6 +507,7 @@ def turbo_generator_kwargs(
         "num_candidates": num_candidates,
         "thompson": thompson,
         "incumbent": best,
+        "region_fit": region_fit,
         "candidate_set": opts.get("candidate_set"),
         "surrogate_spec": SurrogateSpec(
             model_configs=[

@@ -54,6 +54,7 @@ def test_registered_with_its_options():
         ({"failure_tolerance": -1}, "failure_tolerance"),
         ({"batch_size": 0}, "batch_size must be a positive int"),
         ({"num_candidates": 0}, "num_candidates"),
+        ({"region_fit": "lukewarm"}, "region_fit must be one of"),
     ],
 )
 def test_bad_options_fail_in_get_generation_strategy(options, message):
@@ -113,8 +114,14 @@ def test_batch_size_caps_the_batch_and_integers_are_integers():
     assert len(client._experiment.trials) == 4 + 3 * 3
 
 
-def test_json_save_load_mid_run_continues_with_the_same_arms(tmp_path):
-    options = {"initialization_budget": 4, "length_min": 0.5, "num_candidates": 300}
+@pytest.mark.parametrize("region_fit", ["cold", "warm"])
+def test_json_save_load_mid_run_continues_with_the_same_arms(tmp_path, region_fit):
+    options = {
+        "initialization_budget": 4,
+        "length_min": 0.5,
+        "num_candidates": 300,
+        "region_fit": region_fit,
+    }
     uninterrupted = make_client("turbo-bkb", **options)
     run_trials(uninterrupted, "branin", total=4, json_exact=True)
     batches(uninterrupted, 6)
@@ -130,6 +137,12 @@ def test_json_save_load_mid_run_continues_with_the_same_arms(tmp_path):
     assert len(arms_of(loaded)) == 4 + 6 * 6
     assert arms_of(loaded) == arms_of(uninterrupted)
     assert last_metadata(loaded) == last_metadata(uninterrupted)
+    # Only a warm region carries its model's sketch from call to call.
+    runs = [
+        gr for gr in loaded._generation_strategy._generator_runs if gr._generator_key
+    ]
+    region = runs[-1]._generator_state_after_gen["region_state"]
+    assert (region["sketch_state"] is not None) == (region_fit == "warm")
 
 
 def test_pending_trials_get_new_points():
