@@ -28,6 +28,11 @@ batches of ``--batch``):
   ``ax.Client``, batches from ``get_next_batch(client, max_batch_size=q)``.
 - ``turbo-bkb``: the same with ``"turbo-bkb"``, when
   ``botorch_sketch.ax.list_generation_strategies()`` has it (skipped otherwise).
+- ``turbo-bkb-warm``: ``"turbo-bkb"`` with ``region_fit="warm"`` (the default
+  before 2026-11-27: the rows labelled ``turbo-bkb`` from earlier commits were
+  relabelled ``turbo-bkb-warm``).
+- ``turbo-bkb-fit300``: ``"turbo-bkb"`` with ``fit_subset_size=300`` (the cold
+  fits on a 300-point subsample of the region).
 - ``ax-default``: ``client.configure_generation_strategy()`` and
   ``client.get_next_trials(q)``, stopped at the wall cap (``--ax-cap-s``,
   300 s by default, recorded as ``capped``).
@@ -80,7 +85,20 @@ logger = logging.getLogger("bench_large_budget")
 DTYPE = torch.float64
 CATEGORY_LEVELS = ("a", "b", "c", "d", "e")
 CATEGORY_VALUES = (7.0, -3.0, 0.0, 4.0, 9.0)
-METHODS = ("sobol", "turbo1", "bbkb", "turbo-bkb", "ax-default")
+METHODS = (
+    "sobol",
+    "turbo1",
+    "bbkb",
+    "turbo-bkb",
+    "turbo-bkb-warm",
+    "turbo-bkb-fit300",
+    "ax-default",
+)
+#: Benchmark names of a package strategy with options: ``name -> (strategy, options)``.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "turbo-bkb-warm": ("turbo-bkb", {"region_fit": "warm"}),
+    "turbo-bkb-fit300": ("turbo-bkb", {"fit_subset_size": 300}),
+}
 KEY = ("problem", "method", "seed", "budget", "batch")
 PENDING = """```
 export PYTHONPATH=$PWD OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -311,9 +329,10 @@ def run_ax(
     if method == "ax-default":
         client.configure_generation_strategy()
     else:
-        size = {"batch_size" if method == "turbo-bkb" else "min_batch_size": q}
+        strategy, options = VARIANTS.get(method, (method, {}))
+        size = {"batch_size" if strategy == "turbo-bkb" else "min_batch_size": q}
         client.set_generation_strategy(
-            get_generation_strategy(method, seed=seed, **size)
+            get_generation_strategy(strategy, seed=seed, **size, **options)
         )
     values, after = [], []
     gen_s = eval_s = complete_s = 0.0
@@ -371,7 +390,7 @@ def run_ax(
 
 def available(method: str) -> bool:
     """Whether ``method`` can run here (``turbo-bkb`` needs the package's)."""
-    if method != "turbo-bkb":
+    if not method.startswith("turbo-bkb"):
         return True
     from botorch_sketch.ax import list_generation_strategies
 

@@ -15,7 +15,7 @@ B=benchmarks/bench_gpu.py
 step() { local limit=$1; shift; echo "== $(date +%T) $*"; timeout "$limit" "$@"; echo "== rc $?"; }
 nvidia-smi -L
 python3 -c "import torch, botorch, gpytorch; print(torch.__version__, botorch.__version__, gpytorch.__version__)"
-step 60 python3 -m pytest -q -p no:cacheprovider tests/bbkb/test_state.py -k cuda
+step 60 python3 -m pytest -o addopts="" -rA -p no:cacheprovider tests/bbkb/test_state.py -k cuda
 step 60 python3 benchmarks/gpu_smoke.py --device cuda --out "$OUT/smoke_cuda"
 step 45 python3 $B --device cuda --methods bbkb --cells cadata:16000 --out "$OUT/bbkb_cuda"
 step 40 env OMP_NUM_THREADS=1 python3 $B --device cpu --methods bbkb --cells cadata:16000 --out "$OUT/bbkb_cpu1"

@@ -46,8 +46,8 @@ do not pile onto them.
 number of observations seen and (``region_fit="warm"``) the sketch state are the
 generator's ``_get_state()``: Ax stores them in ``generator_state_after_gen``
 (also in JSON) and passes them back to the next generator, so a reloaded run
-continues with the same arms. Each call's random draws are seeded from ``seed`` and the numbers of
-observed and pending points.
+continues with the same arms. Each call's random draws are seeded from ``seed``
+and the numbers of observed and pending points.
 
 Importing this module registers :class:`TurboGenerators` with Ax's JSON decoder.
 """
