@@ -2,9 +2,11 @@
 # The GPU checks of issue 25 in one command, sized for a 15-minute GPU lease:
 # the CUDA unit test, the smoke checks of every model on the device, the BBKB
 # engine on cuda and on one CPU thread of the same machine, the model rows of
-# bench_gpu.py, then a short tiled 10^6-row engine run. Each group has its own
-# time limit, so one that hangs or fails does not cost the others; rows are
-# written as they finish. MODEL_CELLS / MODEL_METHODS choose the model rows.
+# bench_gpu.py (16,000 points with SingleTaskGP; 50,000 and 10^6 points with the
+# defaults), then a short tiled 10^6-row engine run: about 8 minutes on an H100.
+# Each group has its own time limit, so one that hangs or fails does not cost the
+# others; rows are written as they finish. MODEL_CELLS / MODEL_METHODS /
+# LARGE_CELLS / TILED_T and the *_LIMIT variables change the groups.
 #
 #   OUT=/some/dir bash benchmarks/run_gpu_checks.sh
 set -u
@@ -19,8 +21,10 @@ step 60 python3 -m pytest -o addopts="" -rA -p no:cacheprovider tests/bbkb/test_
 step 60 python3 benchmarks/gpu_smoke.py --device cuda --out "$OUT/smoke_cuda"
 step 45 python3 $B --device cuda --methods bbkb --cells cadata:16000 --out "$OUT/bbkb_cuda"
 step 40 env OMP_NUM_THREADS=1 python3 $B --device cpu --methods bbkb --cells cadata:16000 --out "$OUT/bbkb_cpu1"
-step ${MODEL_LIMIT:-200} python3 $B --device cuda --methods "${MODEL_METHODS:-exact,nystrom,budget}" \
-  --cells "${MODEL_CELLS:-cadata:16000,synthetic:16000,synthetic:50000}" --out "$OUT/models_cuda"
-step ${TILED_LIMIT:-120} python3 $B --device cuda --methods none --tiled-rows 1000000 \
-  --tiled-T "${TILED_T:-2000}" --out "$OUT/tiled_cuda"
+step ${MODEL_LIMIT:-240} python3 $B --device cuda --methods "${MODEL_METHODS:-exact,nystrom,budget}" \
+  --cells "${MODEL_CELLS:-cadata:16000,synthetic:16000}" --out "$OUT/models_cuda"
+step ${LARGE_LIMIT:-90} python3 $B --device cuda --methods nystrom \
+  --cells "${LARGE_CELLS:-synthetic:50000,synthetic:1000000}" --out "$OUT/models_large_cuda"
+step ${TILED_LIMIT:-45} python3 $B --device cuda --methods none --tiled-rows 1000000 \
+  --tiled-T "${TILED_T:-300}" --out "$OUT/tiled_cuda"
 rm -f "$OUT"/*.md; ls -la "$OUT"
