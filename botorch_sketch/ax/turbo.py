@@ -268,10 +268,10 @@ class TurboGenerator(TorchGenerator):
         info["num_pending"] = num_pending
         feasible = self._feasibility(torch_opt_config)
         region_X, region_Y = X[start:], Y[start:]
+        warm = self.region_fit == "warm"
         if region_X.shape[0] >= min_region_points(d):
             model = fit_region_model(
-                region_X, region_Y,
-                warm_start=sketch if self.region_fit == "warm" else None,
+                region_X, region_Y, warm_start=sketch if warm else None,
                 **{"seed": self.seed, **self.model_options},
             )  # fmt: skip
             state = self._update(state, model, region_X, region_Y, seen - start)
@@ -280,7 +280,6 @@ class TurboGenerator(TorchGenerator):
                 state, start, sketch = restart_state(state), num_obs, None
                 self.surrogate.model = None
             else:
-                warm = self.region_fit == "warm"
                 sketch = model.sketch_state().to_dict() if warm else None
                 self.surrogate.model = model
                 info["dictionary_size"] = model.dictionary_size

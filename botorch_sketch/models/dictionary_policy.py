@@ -278,7 +278,7 @@ class LeverageScorePolicy(DictionaryPolicy):
         X = model.compute_inputs
         n = model.num_training_points
         cap = self.cap_for(X)
-        every = SketchDraw(torch.arange(n, device=X.device), None, False)
+        every = SketchDraw(torch.arange(n, device=X.device), None, False, cap=cap)
         if uses_every_point("all" if every_point else "auto", n, self.exact_max_n, cap):
             return every
         draw = None
@@ -367,7 +367,7 @@ class LeverageScorePolicy(DictionaryPolicy):
 
     def bless(self, model: SketchModel, q_bar: float, cap: int | None) -> SketchDraw:
         r"""BLESS at the current hyperparameters and ``q_bar``, within ``cap``."""
-        return draw_bless(
+        draw = draw_bless(
             model.compute_inputs,
             model.covar_module,
             model.likelihood.noise,
@@ -375,6 +375,7 @@ class LeverageScorePolicy(DictionaryPolicy):
             cap,
             model.next_generator,
         )
+        return draw._replace(cap=cap)
 
     def redraw(
         self,
@@ -386,9 +387,10 @@ class LeverageScorePolicy(DictionaryPolicy):
     ) -> SketchDraw:
         r"""BKB's posterior-variance sampling of the deduplicated rows, in budget."""
         X = model.compute_inputs
+        cap = self.cap_for(X)
         draw = draw_dictionary(
             union_scores(scores, input_rows(X), self.q_bar),
-            self.cap_for(X),
+            cap,
             _mean_noise(model),
             ridge,
             generator=generator,
@@ -396,7 +398,7 @@ class LeverageScorePolicy(DictionaryPolicy):
         )
         if draw.fallback:
             logger.warning("Dictionary draw was empty; kept the most uncertain point.")
-        return draw
+        return draw._replace(cap=cap)
 
 
 @dataclass(frozen=True)

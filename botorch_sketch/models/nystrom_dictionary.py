@@ -49,6 +49,8 @@ class SketchDraw(NamedTuple):
         fallback: Whether the draw was empty and kept the most uncertain row.
         residual: The mean Nyström residual over the noise
             (:func:`mean_nystrom_residual`) where the policy measured it.
+        cap: The dictionary budget the draw was made within, where the policy
+            recorded it (``None``: no budget, or not recorded).
     """
 
     indices: Tensor
@@ -56,6 +58,7 @@ class SketchDraw(NamedTuple):
     capped: bool
     fallback: bool = False
     residual: float | None = None
+    cap: int | None = None
 
 
 def dictionary_cap(

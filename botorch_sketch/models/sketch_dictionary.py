@@ -122,9 +122,10 @@ class SketchDictionaryMixin:
         self.sketch_ridge, self.dictionary_capped = draw.ridge, draw.capped
         every = draw.ridge is None and draw.indices.numel() == self.num_training_points
         self.nystrom_residual = 0.0 if every else draw.residual
-        # The cap in force for this draw: on a GPU the device's cap depends on the
-        # free memory, which the fitted model's own blocks later reduce.
-        self.drawn_cap = self._dictionary_cap()
+        # The cap in force for this draw, as the policy used it: on a GPU the
+        # device's cap depends on the free memory, which the draw itself and the
+        # fitted model's blocks then reduce, so a later reading would differ.
+        self.drawn_cap = self._dictionary_cap() if draw.cap is None else draw.cap
         if draw.capped:
             logger.warning(
                 "NystromGP: the sketch budget max_dictionary_size=%s binds (n = %d); "

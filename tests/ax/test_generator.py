@@ -101,16 +101,7 @@ def run(c: Client, total: int) -> None:
 
 
 def test_state_is_stored_and_passed_back_as_warm_start(monkeypatch):
-    import botorch_sketch.models.nystrom as nystrom
-
-    received: list[object] = []
-    original = nystrom.fit_nystrom_gp
-
-    def spy(model, mll, fit_kwargs):
-        received.append(model.warm_start)
-        return original(model, mll, fit_kwargs)
-
-    monkeypatch.setattr(nystrom, "fit_nystrom_gp", spy)
+    received = _spy_fits(monkeypatch, lambda model: model.warm_start)
     c = client()
     run(c, N_INIT + 3)
     # The first model-based call starts cold, every later one from the state
@@ -208,19 +199,24 @@ def test_a_corrupt_saved_state_is_discarded_and_refitted(
     assert all(not v.isnan().any() for v in state.hyperparameters.values())
 
 
-def _count_fits(monkeypatch) -> list[int]:
-    """Patch NystromGP's fit to record the training-set size of every fit."""
+def _spy_fits(monkeypatch, record) -> list:
+    """Patch NystromGP's fit to append ``record(model)`` at every fit."""
     import botorch_sketch.models.nystrom as nystrom
 
-    sizes: list[int] = []
+    seen: list = []
     original = nystrom.fit_nystrom_gp
 
     def spy(model, mll, fit_kwargs):
-        sizes.append(model.num_training_points)
+        seen.append(record(model))
         return original(model, mll, fit_kwargs)
 
     monkeypatch.setattr(nystrom, "fit_nystrom_gp", spy)
-    return sizes
+    return seen
+
+
+def _count_fits(monkeypatch) -> list[int]:
+    """Patch NystromGP's fit to record the training-set size of every fit."""
+    return _spy_fits(monkeypatch, lambda model: model.num_training_points)
 
 
 def request(c: Client) -> tuple[int, dict]:

@@ -211,6 +211,8 @@ def test_report_keeps_the_cap_in_force_at_the_draw(monkeypatch):
     free["bytes"] /= 2  # the model's own blocks now hold memory
     assert model.dictionary_report["cap"] == 60
     assert model.dictionary_policy.cap_for(X) == 30
+    # A new draw carries the cap it was made within.
+    assert model.dictionary_policy.fresh(model).cap == 30
 
 
 def test_device_cap_follows_the_dtype_of_the_data(slow_device):
