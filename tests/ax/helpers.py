@@ -24,10 +24,13 @@ def same_numeric_environment() -> dict[str, str]:
 
     A reloaded run continues identically only under the same floating-point
     kernels: this process's environment (BLAS kernel choice such as
-    ``OPENBLAS_CORETYPE``, ``MKL_CBWR``, ``ATEN_CPU_CAPABILITY``) with one
-    thread. Only the global RNG state of the new process may differ.
+    ``OPENBLAS_CORETYPE``, ``MKL_CBWR``, ``ATEN_CPU_CAPABILITY``) and its number
+    of threads (one under ``make test``; a plain ``pytest`` has more, and a
+    one-thread child then sums in another order). Only the global RNG state of
+    the new process may differ.
     """
-    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    threads = str(torch.get_num_threads())
+    return {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
 
 
 def fast(name: str) -> dict:
