@@ -62,6 +62,8 @@ __all__ = [
     "hallucinate_point",
     "nystrom_embedding_map",
     "rls_inclusion_probabilities",
+    "ROW_CHUNK",
+    "map_row_chunks",
     "rls_units",
     "sample_dictionary",
     "variance_downdate",
@@ -69,8 +71,42 @@ __all__ = [
 ]
 
 
+#: Rows processed at once by the ``O(n m)`` passes over the training data
+#: (:func:`map_row_chunks`, :func:`dtc_factor`, :func:`dtc_variance`): their
+#: transient memory is ``O(ROW_CHUNK m)`` instead of ``O(n m)``.
+ROW_CHUNK = 16_384
+
+
 def _eye_like(x: Tensor, n: int) -> Tensor:
     return torch.eye(n, dtype=x.dtype, device=x.device)
+
+
+def _row_slices(n: int, chunk_size: int) -> list[slice]:
+    return [slice(lo, min(lo + chunk_size, n)) for lo in range(0, n, chunk_size)]
+
+
+def map_row_chunks(
+    fn: Callable[[Tensor], Tensor], X: Tensor, chunk_size: int = ROW_CHUNK
+) -> Tensor:
+    r"""``fn(X)`` computed over chunks of ``X``'s rows, written into one output.
+
+    For a row-wise ``fn`` mapping ``batch_shape x n x d`` to ``batch_shape' x n x
+    r`` (e.g. the embedding ``X -> k(X, S) W``), the ``n x |S|`` intermediate
+    exists one chunk at a time, so the peak memory is the output plus
+    ``O(chunk_size |S|)``. Without chunking (``n <= chunk_size``, or gradients
+    flowing through ``X``) it is ``fn(X)``.
+    """
+    n = X.shape[-2]
+    if n <= chunk_size or (torch.is_grad_enabled() and X.requires_grad):
+        return fn(X)
+    slices = _row_slices(n, chunk_size)
+    first = fn(X[..., slices[0], :])
+    out = first.new_empty(*first.shape[:-2], n, first.shape[-1])
+    out[..., slices[0], :] = first
+    del first
+    for rows in slices[1:]:
+        out[..., rows, :] = fn(X[..., rows, :])
+    return out
 
 
 # ---------------------------------------------------------------------------------
@@ -183,26 +219,38 @@ class DTCFactor(NamedTuple):
     coef: Tensor
 
 
-def dtc_factor(Z: Tensor, residual_y: Tensor, noise: Tensor) -> DTCFactor:
+def dtc_factor(
+    Z: Tensor, residual_y: Tensor, noise: Tensor, chunk_size: int = ROW_CHUNK
+) -> DTCFactor:
     r"""Factorise the DTC posterior given embedded training data.
 
-    Cost ``O(n r^2 + r^3)`` time and ``O(n r)`` memory.
+    Cost ``O(n r^2 + r^3)`` time; memory ``O(r^2 + chunk_size r)`` beyond the
+    inputs (the weighted embedding ``N^{-1} Z`` is formed one chunk of rows at a
+    time when ``n > chunk_size`` and no gradient flows through ``Z``).
 
     Args:
         Z: ``batch_shape x n x r`` embedded training inputs.
         residual_y: ``batch_shape x n`` centred targets ``y - m(X)``.
         noise: ``batch_shape x n`` (or broadcastable) observation noise variances,
             all strictly positive.
+        chunk_size: Rows per chunk.
 
     Returns:
         The :class:`DTCFactor` of ``A = I + Z^T N^{-1} Z``.
     """
-    r = Z.shape[-1]
-    inv_noise = noise.reciprocal().unsqueeze(-1)  # batch x n x 1
-    Zw = Z * inv_noise
-    A = Z.mT @ Zw + _eye_like(Z, r)
+    n, r = Z.shape[-2:]
+    noise = noise.expand(*noise.shape[:-1], n)
+    grad = torch.is_grad_enabled() and any(
+        t.requires_grad for t in (Z, residual_y, noise)
+    )
+    A = _eye_like(Z, r)
+    b = 0.0
+    for rows in [slice(None)] if grad else _row_slices(n, chunk_size):
+        Zc = Z[..., rows, :]
+        Zw = Zc * noise[..., rows].reciprocal().unsqueeze(-1)  # batch x c x r
+        A = A + Zc.mT @ Zw
+        b = b + Zw.mT @ residual_y[..., rows].unsqueeze(-1)  # batch x r x 1
     L = torch.linalg.cholesky(A)
-    b = Zw.mT @ residual_y.unsqueeze(-1)  # batch x r x 1
     c = torch.linalg.solve_triangular(L, b, upper=False).squeeze(-1)
     return DTCFactor(chol=L, coef=c)
 
@@ -242,22 +290,34 @@ def dtc_mean(factor: DTCFactor, Z_test: Tensor) -> Tensor:
     return (whiten(factor, Z_test) * factor.coef.unsqueeze(-1)).sum(-2)
 
 
-def dtc_variance(factor: DTCFactor, Z_test: Tensor, kdiag_test: Tensor) -> Tensor:
+def dtc_variance(
+    factor: DTCFactor, Z_test: Tensor, kdiag_test: Tensor, chunk_size: int = ROW_CHUNK
+) -> Tensor:
     r"""DTC posterior variance of the latent function (GP units).
 
     ``var(x) = k(x, x) - ||z(x)||^2 + ||L^{-1} z(x)||^2``, i.e. BBKB Eq. 3 times
-    ``lambda``. The residual is clamped at zero.
+    ``lambda``. The residual is clamped at zero. The whitened embedding is formed
+    ``chunk_size`` rows at a time (memory ``O(chunk_size r)`` beyond the inputs).
 
     Args:
         factor: The :class:`DTCFactor` of the training data.
         Z_test: ``batch_shape x q x r`` embedded test inputs.
         kdiag_test: ``batch_shape x q`` prior variances ``k(x, x)``.
+        chunk_size: Rows per chunk.
 
     Returns:
         A ``batch_shape x q`` tensor.
     """
-    W = whiten(factor, Z_test)
-    return embedding_residual(kdiag_test, Z_test) + W.pow(2).sum(-2)
+
+    def variance(rows: slice) -> Tensor:
+        Zc = Z_test[..., rows, :]
+        W = whiten(factor, Zc)
+        return embedding_residual(kdiag_test[..., rows], Zc) + W.pow(2).sum(-2)
+
+    q = Z_test.shape[-2]
+    if q <= chunk_size:
+        return variance(slice(None))
+    return torch.cat([variance(rows) for rows in _row_slices(q, chunk_size)], -1)
 
 
 def dtc_covariance(factor: DTCFactor, Z_test: Tensor, K_test: Tensor) -> Tensor:

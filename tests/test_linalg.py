@@ -457,3 +457,35 @@ def test_exact_log_marginal_likelihood_value_and_closed_form_gradient():
         linalg.exact_log_marginal_likelihood(
             -torch.eye(3, dtype=DT), r[0, :3], torch.zeros(3, dtype=DT)
         )
+
+
+def test_row_chunked_passes_equal_the_whole_computation():
+    g = torch.Generator().manual_seed(3)
+    X = torch.rand(2, 50, 3, generator=g, dtype=DT)  # batch of 2
+    S = torch.rand(8, 3, generator=g, dtype=DT)
+    W = linalg.nystrom_embedding_map(rbf(S, S))
+
+    def fn(Xc):
+        return rbf(Xc, S) @ W
+
+    Z = linalg.map_row_chunks(fn, X, chunk_size=7)  # 8 chunks, the last of one row
+    torch.testing.assert_close(Z, fn(X), atol=1e-14, rtol=0)
+    y = torch.randn(2, 50, generator=g, dtype=DT)
+    noise = 0.01 + torch.rand(2, 50, generator=g, dtype=DT)
+    whole = linalg.dtc_factor(Z, y, noise, chunk_size=50)
+    for noise_ in (noise, torch.full((2, 1), 0.1, dtype=DT)):  # broadcast noise too
+        whole = linalg.dtc_factor(Z, y, noise_, chunk_size=50)
+        chunked = linalg.dtc_factor(Z, y, noise_, chunk_size=7)
+        torch.testing.assert_close(chunked.chol, whole.chol, atol=1e-12, rtol=0)
+        torch.testing.assert_close(chunked.coef, whole.coef, atol=1e-12, rtol=0)
+    kdiag = torch.ones(2, 50, dtype=DT)
+    torch.testing.assert_close(
+        linalg.dtc_variance(whole, Z, kdiag, chunk_size=7),
+        linalg.dtc_variance(whole, Z, kdiag, chunk_size=50),
+        atol=1e-14,
+        rtol=0,
+    )
+    # With gradients through the data, one pass (the chunked writes are not used).
+    Xg = X.clone().requires_grad_(True)
+    linalg.map_row_chunks(fn, Xg, chunk_size=7).sum().backward()
+    assert Xg.grad is not None and Xg.grad.abs().sum() > 0

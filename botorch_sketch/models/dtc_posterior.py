@@ -78,7 +78,12 @@ class DTCPosteriorMixin:
         return S, W
 
     def _embed(self, X: Tensor, S: Tensor, W: Tensor) -> Tensor:
-        return self.covar_module(X, S).to_dense() @ W
+        r"""``z(X) = k(X, S) W``, ``batch_shape x n x r``, the ``n x |S|`` kernel
+        block formed a chunk of rows at a time (:func:`~botorch_sketch.linalg.
+        map_row_chunks`)."""
+        return linalg.map_row_chunks(
+            lambda Xc: self.covar_module(Xc, S).to_dense() @ W, X
+        )
 
     def _train_embedding(self) -> tuple[Tensor, Tensor, Tensor]:
         r"""``(S, W, Z)`` of the training inputs for the current dictionary.
@@ -212,7 +217,9 @@ class DTCPosteriorMixin:
         if ridge is None:
             cache = self._posterior_cache()
             S, W, factor = cache["S"], cache["W"], cache["factor"]
-            Z = self._embed(X, S, W)
+            # The training inputs' embedding is the memo's (no second n x r block).
+            Z = self._train_embedding()[2] if X is self._train_X else None
+            Z = self._embed(X, S, W) if Z is None else Z
             noise = self.likelihood.noise
             if isinstance(self.likelihood, FixedNoiseGaussianLikelihood):
                 same = X.shape == self._train_X.shape and torch.equal(X, self._train_X)
