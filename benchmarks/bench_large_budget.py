@@ -33,6 +33,8 @@ batches of ``--batch``):
   relabelled ``turbo-bkb-warm``).
 - ``turbo-bkb-fit300``: ``"turbo-bkb"`` with ``fit_subset_size=300`` (the cold
   fits on a 300-point subsample of the region).
+- ``turbo-bkb-it100`` / ``turbo-bkb-it200``: ``"turbo-bkb"`` with
+  ``fit_max_iterations=100`` / ``200`` (L-BFGS-B iterations of each region fit).
 - ``ax-default``: ``client.configure_generation_strategy()`` and
   ``client.get_next_trials(q)``, stopped at the wall cap (``--ax-cap-s``,
   300 s by default, recorded as ``capped``).
@@ -92,12 +94,16 @@ METHODS = (
     "turbo-bkb",
     "turbo-bkb-warm",
     "turbo-bkb-fit300",
+    "turbo-bkb-it100",
+    "turbo-bkb-it200",
     "ax-default",
 )
 #: Benchmark names of a package strategy with options: ``name -> (strategy, options)``.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-warm": ("turbo-bkb", {"region_fit": "warm"}),
     "turbo-bkb-fit300": ("turbo-bkb", {"fit_subset_size": 300}),
+    "turbo-bkb-it100": ("turbo-bkb", {"fit_max_iterations": 100}),
+    "turbo-bkb-it200": ("turbo-bkb", {"fit_max_iterations": 200}),
 }
 KEY = ("problem", "method", "seed", "budget", "batch")
 PENDING = """```

@@ -45,6 +45,7 @@ NYSTROM: dict[str, tuple[list[Any], list[Any]]] = {
     "exact_max_n": ([0], [-1, True, 1.5]),
     "seed": ([0, 7, 2**32 - 1], ["a", 1.5, True, -1, 2**32, 2**70]),
     "refit_max_iterations": ([5], [0, True, 2.5]),
+    "fit_max_iterations": ([5, None], [0, True, 2.5]),
     "objective": (["exact", "vfe"], ["elbo", 3, None]),
     "dictionary_policy": ([None], ["bless", 3]),
     "fit_options": ([None], [{"objective": "vfe"}, "exact"]),

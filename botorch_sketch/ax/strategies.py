@@ -130,6 +130,7 @@ _SKETCH_OPTIONS: dict[str, Any] = {
     "refit_growth": FIT_OPTION_DEFAULTS["refit_growth"],
     "refit_tolerance": FIT_OPTION_DEFAULTS["refit_tolerance"],
     "refit_max_iterations": FIT_OPTION_DEFAULTS["refit_max_iterations"],
+    "fit_max_iterations": FIT_OPTION_DEFAULTS["fit_max_iterations"],
 }
 _NYSTROM_OPTIONS: dict[str, Any] = {
     "beta": None,

@@ -52,6 +52,11 @@ class NystromFitOptions:
             log marginal likelihood rose by more than this many nats.
         refit_max_iterations: L-BFGS-B iterations of a scheduled refit (of each
             of its starts; ``None``: unbounded).
+        fit_max_iterations: L-BFGS-B iterations of a fit from the current
+            values (a first fit, or one without a warm start; ``None``: BoTorch's
+            default). TuRBO's reference code fits its GP with 50 Adam steps; on a
+            flat likelihood (e.g. the one-hot columns of a categorical parameter)
+            an unbounded L-BFGS-B run can take over 1,000 iterations.
     """
 
     fit_subset_size: int | str | None = DEFAULT_FIT_SUBSET_SIZE
@@ -60,6 +65,7 @@ class NystromFitOptions:
     refit_growth: float = 0.25
     refit_tolerance: float = 0.05
     refit_max_iterations: int | None = 50
+    fit_max_iterations: int | None = None
 
     def __post_init__(self) -> None:
         if self.fit_subset_size != DEVICE_SUBSET:
@@ -72,6 +78,7 @@ class NystromFitOptions:
         check_nonnegative_number(self.refit_growth, "refit_growth")
         check_nonnegative_number(self.refit_tolerance, "refit_tolerance")
         optional_positive_int(self.refit_max_iterations, "refit_max_iterations")
+        optional_positive_int(self.fit_max_iterations, "fit_max_iterations")
         object.__setattr__(self, "refit_growth", float(self.refit_growth))
         object.__setattr__(self, "refit_tolerance", float(self.refit_tolerance))
 

@@ -168,6 +168,7 @@ class NystromGP(
         refit_growth: float = FIT_OPTION_DEFAULTS["refit_growth"],
         refit_tolerance: float = FIT_OPTION_DEFAULTS["refit_tolerance"],
         refit_max_iterations: int = FIT_OPTION_DEFAULTS["refit_max_iterations"],
+        fit_max_iterations: int | None = FIT_OPTION_DEFAULTS["fit_max_iterations"],
         dictionary_policy: DictionaryPolicy | None = None,
         fit_options: NystromFitOptions | None = None,
     ) -> None:
@@ -193,7 +194,8 @@ class NystromGP(
                 (every point: the exact GP) or a ``LongTensor`` of training
                 indices.
             dictionary_refits, fit_subset_size, objective, refit_growth,
-                refit_tolerance, refit_max_iterations: The fields of the default
+                refit_tolerance, refit_max_iterations, fit_max_iterations: The
+                fields of the default
                 :class:`~botorch_sketch.models.fit_options.NystromFitOptions`
                 (not with ``fit_options``).
             warm_start: A previous model's :meth:`sketch_state` (or its
@@ -217,6 +219,7 @@ class NystromGP(
             refit_growth=refit_growth,
             refit_tolerance=refit_tolerance,
             refit_max_iterations=refit_max_iterations,
+            fit_max_iterations=fit_max_iterations,
         )
         check_input_transform(input_transform)
         warm_start = usable_warm_start(warm_start, train_X.shape[-2])
@@ -293,6 +296,7 @@ class NystromGP(
     refit_growth = option_property("fit_options", "refit_growth")
     refit_tolerance = option_property("fit_options", "refit_tolerance")
     refit_max_iterations = option_property("fit_options", "refit_max_iterations")
+    fit_max_iterations = option_property("fit_options", "fit_max_iterations")
 
     @property
     def _num_draws(self) -> int:

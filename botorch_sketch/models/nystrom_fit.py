@@ -252,7 +252,9 @@ def fit_nystrom_gp(
     try:
         drift_refits = 0
         if warm is None:
-            loss = _fit_hyperparameters(model, fit_kwargs, max_iterations=None)
+            loss = _fit_hyperparameters(
+                model, fit_kwargs, model.fit_options.fit_max_iterations, scheduled=False
+            )
             num_fit_points = model.num_training_points
         else:
             initial = hyperparameter_state(model)
@@ -298,12 +300,12 @@ def _scheduled_refit(
     kept fit's per-point loss (priors excluded).
     """
     max_iterations = model.fit_options.refit_max_iterations
-    loss = _fit_hyperparameters(model, fit_kwargs, max_iterations)
+    loss = _fit_hyperparameters(model, fit_kwargs, max_iterations, scheduled=True)
     if not cold_restart:
         return loss
     warm_fit, warm_objective = hyperparameter_state(model), _objective(model)
     model.load_state_dict(initial, strict=False)
-    cold_loss = _fit_hyperparameters(model, fit_kwargs, max_iterations)
+    cold_loss = _fit_hyperparameters(model, fit_kwargs, max_iterations, scheduled=True)
     cold_objective = _objective(model)
     if cold_objective < warm_objective:
         logger.info(
@@ -328,12 +330,16 @@ def _objective(model: FittableSketch) -> float:
 
 
 def _fit_hyperparameters(
-    model: FittableSketch, fit_kwargs: dict[str, Any], max_iterations: int | None
+    model: FittableSketch,
+    fit_kwargs: dict[str, Any],
+    max_iterations: int | None,
+    scheduled: bool,
 ) -> float:
     r"""Fit the hyperparameters on the fit subsample; return its per-point loss.
 
-    ``max_iterations`` bounds L-BFGS-B (a scheduled, warm-started refit: one
-    attempt, the warm values kept if it fails).
+    ``max_iterations`` bounds L-BFGS-B (unless ``fit_kwargs`` set ``maxiter``
+    themselves). A ``scheduled`` (warm-started) refit makes one attempt and keeps
+    the warm values if it fails; a first fit raises.
     """
     sub = _fit_subsample(model)
     kwargs = dict(fit_kwargs)
@@ -341,6 +347,7 @@ def _fit_hyperparameters(
         optimizer_kwargs = dict(kwargs.get("optimizer_kwargs") or {})
         options = {"maxiter": max_iterations, **optimizer_kwargs.get("options", {})}
         kwargs["optimizer_kwargs"] = {**optimizer_kwargs, "options": options}
+    if scheduled:
         kwargs["max_attempts"] = 1
     sub_mll = _sub_mll(sub)
     try:
@@ -351,7 +358,7 @@ def _fit_hyperparameters(
                     sub.dictionary_indices = sub.draw_fresh_dictionary()
             _fit_fallback(mll=sub_mll, **kwargs)
     except ModelFittingError:
-        if max_iterations is None:
+        if not scheduled:
             raise
         logger.warning("FittableSketch: the scheduled refit failed; warm values kept.")
     if sub is not model:

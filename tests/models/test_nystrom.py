@@ -9,6 +9,7 @@ from copy import deepcopy
 from dataclasses import replace
 from unittest import mock
 
+import scipy.optimize
 import torch
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
@@ -619,7 +620,7 @@ class TestNystromGPBudget(BotorchTestCase):
             model = NystromGP(X[:170], Y[:170], **opts)
             if state is not None:
                 model.load_state_dict(state.hyperparameters, strict=False)
-            _fit_hyperparameters(model, {}, max_iterations=1)
+            _fit_hyperparameters(model, {}, max_iterations=1, scheduled=True)
             return _objective(model)
 
         def drift_refit(state, drift_refits):
@@ -669,6 +670,36 @@ class TestNystromGPBudget(BotorchTestCase):
                 json.loads(json.dumps(model.sketch_state().to_dict()))
             ).drift_refits,
             2,
+        )
+
+    def test_fit_max_iterations_bounds_a_first_fit(self):
+        """A fit from the construction values stops after ``fit_max_iterations``
+        L-BFGS-B iterations (unless the caller's optimizer options say otherwise)."""
+        X, Y = make_data(n=120, d=3)
+        iterations = []
+        minimize = scipy.optimize.minimize
+
+        def spy(*args, **kwargs):
+            result = minimize(*args, **kwargs)
+            iterations.append(result.nit)
+            return result
+
+        with mock.patch.object(scipy.optimize, "minimize", spy):
+            bounded = fitted(NystromGP(X, Y, seed=0, fit_max_iterations=2))
+            self.assertEqual(iterations, [2])
+            free = fitted(NystromGP(X, Y, seed=0))
+            self.assertGreater(iterations[-1], 2)
+            model = NystromGP(X, Y, seed=0, fit_max_iterations=2)
+            options = {"optimizer_kwargs": {"options": {"maxiter": 3}}}
+            fit_gpytorch_mll(
+                ExactMarginalLogLikelihood(model.likelihood, model),
+                optimizer_kwargs=options["optimizer_kwargs"],
+            )
+            self.assertEqual(iterations[-1], 3)  # the caller's maxiter wins
+        self.assertFalse(
+            torch.allclose(
+                bounded.covar_module.lengthscale, free.covar_module.lengthscale
+            )
         )
 
     def test_refit_due_names_its_cause(self):
