@@ -37,7 +37,8 @@ batches of ``--batch``):
   ``fit_max_iterations=100`` / ``200`` (L-BFGS-B iterations of each region fit).
 - ``ax-default``: ``client.configure_generation_strategy()`` and
   ``client.get_next_trials(q)``, stopped at the wall cap (``--ax-cap-s``,
-  300 s by default, recorded as ``capped``).
+  300 s by default, recorded as ``capped``). ``--turbo-cap-s`` caps TuRBO-1 the
+  same way, in CPU seconds (none by default).
 
 Each finished run appends one row to the CSV (``--csv``; a run already there is
 skipped, so an interrupted suite resumes): the best noiseless value among the
@@ -286,8 +287,16 @@ def run_sobol(problem: Problem, budget: int, q: int, seed: int, sd: float):
     return RunOutput(values, cpu, after)
 
 
-def run_turbo(problem: Problem, budget: int, q: int, seed: int, sd: float):
-    """TuRBO-1 on ``[0, 1]^d``, decoded to the space."""
+def run_turbo(
+    problem: Problem,
+    budget: int,
+    q: int,
+    seed: int,
+    sd: float,
+    cap_s: float | None = None,
+):
+    """TuRBO-1 on ``[0, 1]^d``, decoded to the space (stopped after ``cap_s`` CPU
+    seconds, if given)."""
     seen = [0]
     truth: list[float] = []
 
@@ -298,14 +307,16 @@ def run_turbo(problem: Problem, budget: int, q: int, seed: int, sd: float):
         return y
 
     unit = torch.stack([torch.zeros(problem.dim), torch.ones(problem.dim)]).to(DTYPE)
-    res = run_turbo1(objective, unit, budget, q, seed=seed)
+    res = run_turbo1(objective, unit, budget, q, seed=seed, cpu_cap_s=cap_s)
     cpu = {
         "fit": res.cpu["fit"],
         "gen": res.cpu["generate"],
         "ax": 0.0,
         "evaluate": res.cpu["evaluate"],
     }
-    return RunOutput(truth, cpu, res.cpu_after_batch, restarts=res.restarts)
+    return RunOutput(
+        truth, cpu, res.cpu_after_batch, restarts=res.restarts, capped=res.capped
+    )
 
 
 def run_ax(
@@ -410,10 +421,11 @@ def run_one(
     load0, wall0, cpu0 = os.getloadavg()[0], time.perf_counter(), time.process_time()
     runners: dict[str, Callable[..., RunOutput]] = {
         "sobol": run_sobol,
-        "turbo1": run_turbo,
     }
     common = (problem, args.budget, args.batch, seed, args.noise_sd)
-    if method in runners:
+    if method == "turbo1":
+        out = run_turbo(*common, cap_s=args.turbo_cap_s)
+    elif method in runners:
         out = runners[method](*common)
     else:
         out = run_ax(*common, method=method, cap_s=args.ax_cap_s)
@@ -648,7 +660,8 @@ def report(out: Path) -> None:
         "median [first quartile, third quartile] over seeds. CPU seconds are "
         "`time.process_time` of the whole run with one torch thread, split into "
         "model fit / acquisition (gen) / the rest of Ax's calls / the objective. "
-        "A capped run (Ax's default past its wall cap) stopped before the budget; "
+        "A capped run (Ax's default past its wall cap, TuRBO-1 past its CPU cap) "
+        "stopped before the budget; "
         "its `@n` cells are empty where it did not reach `n`. Load averages and "
         "commits of each run are in the CSVs.",
     ]
@@ -697,6 +710,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=50)
     p.add_argument("--noise-sd", type=float, default=0.05)
     p.add_argument("--ax-cap-s", type=float, default=300.0)
+    p.add_argument(
+        "--turbo-cap-s",
+        type=float,
+        default=None,
+        help="stop TuRBO-1 after this many CPU seconds (recorded as capped)",
+    )
     p.add_argument("--out", type=Path, default=harness.RESULTS)
     p.add_argument(
         "--csv", type=Path, default=None, help="default: OUT/large_budget.csv"

@@ -190,14 +190,16 @@ def thompson_batch(
 @dataclass
 class Turbo1Result:
     """Every evaluated point (``n x d``, problem bounds) and observation (``n``)
-    in order; CPU seconds spent in fit / generate / evaluate; restarts; and the
-    cumulative CPU seconds after each batch (``(evaluations, seconds)``)."""
+    in order; CPU seconds spent in fit / generate / evaluate; restarts; the
+    cumulative CPU seconds after each batch (``(evaluations, seconds)``); and
+    whether the run stopped at its CPU cap before the budget."""
 
     X: torch.Tensor
     Y: torch.Tensor
     cpu: dict[str, float]
     restarts: int
     cpu_after_batch: list[tuple[int, float]]
+    capped: bool = False
 
 
 def run_turbo1(
@@ -207,6 +209,7 @@ def run_turbo1(
     batch_size: int,
     seed: int = 0,
     n_init: int | None = None,
+    cpu_cap_s: float | None = None,
 ) -> Turbo1Result:
     """Minimise ``objective`` over the box ``bounds`` (``2 x d``) with TuRBO-1.
 
@@ -217,6 +220,8 @@ def run_turbo1(
         batch_size: Points per batch ``q`` (the last batch may be shorter).
         seed: Seeds the Sobol designs, candidates and Thompson samples.
         n_init: Sobol points per (re)start; default ``max(2 d, q)``.
+        cpu_cap_s: Stop before the next batch once the run has used this many
+            CPU seconds (``None``: run to the budget); the result says so.
 
     Returns:
         A :class:`Turbo1Result`.
@@ -233,12 +238,15 @@ def run_turbo1(
     cpu0 = time.process_time()
     all_X, all_Y, after = [], [], []
     generator = torch.Generator().manual_seed(seed)
-    restarts, calls = -1, 0
+    restarts, calls, capped = -1, 0, False
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         n = 0
         state, X, Y = None, None, None
         while n < budget:
+            if cpu_cap_s is not None and time.process_time() - cpu0 > cpu_cap_s:
+                capped = True
+                break
             calls += 1
             call_seed = seed * 100_003 + calls
             t0 = time.process_time()
@@ -277,6 +285,7 @@ def run_turbo1(
         cpu=cpu,
         restarts=restarts,
         cpu_after_batch=after,
+        capped=capped,
     )
 
 
