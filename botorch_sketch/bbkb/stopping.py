@@ -113,9 +113,9 @@ class GlobalRule(StoppingRule):
             raise ValueError("GlobalRule.start needs the batch-start state.")
         super().start(state)
         s2_0 = state.s2_0
-        # A NumPy view on the CPU: one scalar read per step without dispatch.
-        cpu = s2_0.device.type == "cpu" and not s2_0.requires_grad
-        self._s2_0 = s2_0.numpy() if cpu else s2_0
+        # A NumPy array on the host (a view on the CPU, one copy per batch from a
+        # GPU): one scalar read per step without dispatch or device round trip.
+        self._s2_0 = s2_0.detach().cpu().numpy() if not s2_0.requires_grad else s2_0
 
     def _update(self, arm: int, variance: float) -> float:
         return self._bound + float(self._s2_0[arm])

@@ -275,3 +275,12 @@ def test_numpy_and_torch_step_paths_choose_the_same_arms(monkeypatch, allow_repe
     assert a_np == a_t
     assert torch.allclose(s_np, s_t, rtol=1e-10, atol=1e-12)
     assert torch.allclose(v_np, v_t, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_argmax_read_is_one_read_of_the_lowest_maximiser(dtype):
+    u = torch.tensor([0.5, 2.0, -1.0, 2.0], dtype=dtype)
+    s2 = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=dtype)
+    j, uj, s2j = selection._argmax_read(u, s2)
+    assert (j, uj, s2j) == (1, 2.0, float(s2[1]))
+    assert isinstance(j, int) and isinstance(uj, float)
