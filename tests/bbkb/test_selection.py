@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from botorch_sketch.bbkb import GlobalRule, LazyUCBSelector, rebuild, select_batch
+from botorch_sketch.bbkb import selection
 from botorch_sketch.bbkb.selection import PooledUCBSelector
 from botorch_sketch.bbkb.stopping import make_rule
 
@@ -255,7 +256,6 @@ def test_select_batch_with_pending_and_excluded_arms(allow_repeats):
 
 @pytest.mark.parametrize("allow_repeats", [True, False])
 def test_numpy_and_torch_step_paths_choose_the_same_arms(monkeypatch, allow_repeats):
-    from botorch_sketch.bbkb import selection
 
     state, _, _ = make_state(seed=3, A=200, m=12)
     runs = {}
