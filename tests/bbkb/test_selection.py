@@ -7,8 +7,13 @@ import math
 import pytest
 import torch
 
-from botorch_sketch.bbkb import GlobalRule, LazyUCBSelector, rebuild, select_batch
-from botorch_sketch.bbkb import selection
+from botorch_sketch.bbkb import (
+    GlobalRule,
+    LazyUCBSelector,
+    rebuild,
+    select_batch,
+    selection,
+)
 from botorch_sketch.bbkb.selection import PooledUCBSelector
 from botorch_sketch.bbkb.stopping import make_rule
 
