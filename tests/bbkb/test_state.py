@@ -321,3 +321,36 @@ def test_incremental_state_in_float32_for_moderate_lam(seed):
     assert err.max() < 1e-2
     err_mu = (state.mu.double() - ref.mu).abs() / (1 + ref.mu.abs())
     assert err_mu.max() < 1e-3
+
+
+def test_solve_lower_as_a_product_equals_the_triangular_solve(monkeypatch):
+    """The product form (used off the CPU for many right-hand sides) gives the
+    solve to rounding; the incremental state is unchanged with it everywhere."""
+    from botorch_sketch.bbkb import batch_state
+
+    g = torch.Generator().manual_seed(0)
+    Z = torch.randn(300, 12, generator=g, dtype=DT)
+    L = torch.linalg.cholesky(Z.mT @ Z + 1e-3 * torch.eye(12, dtype=DT))
+    B = torch.randn(12, 500, generator=g, dtype=DT)
+    solve = batch_state.solve_lower(L, B)  # on the CPU: the triangular solve
+    torch.testing.assert_close(
+        solve, torch.linalg.solve_triangular(L, B, upper=False), atol=0, rtol=0
+    )
+    product = batch_state.solve_lower(L, B, as_product=True)
+    torch.testing.assert_close(product, solve, atol=1e-9, rtol=1e-9)
+    original = batch_state.solve_lower
+    monkeypatch.setattr(
+        "botorch_sketch.bbkb.incremental_state.solve_lower",
+        lambda L, B: original(L, B, as_product=True),
+    )
+    k, state = fixed_rbf_kernel(0.1), None
+    for arms, S, counts, sums in _random_resparsifications(0):
+        if state is None:
+            state = IncrementalState(
+                arms, k, S, counts, sums, 1e-3, refresh_fraction=math.inf,
+                reorthonormalize_every=10**9,
+            )  # fmt: skip
+        else:
+            state.resparsify(S, counts, sums)
+        _assert_same_state(state, rebuild(arms, k, S, counts, sums, 1e-3))
+    assert state.stats["incremental"] > 30
