@@ -9,13 +9,14 @@ the client, the strategy and the observation noise); this script records the
 final noiseless best per seed and variant.
 
 Variants (``--variant``) set module constants of
-:mod:`botorch_sketch.optim.adaptive_batch` before the run:
+:mod:`botorch_sketch.optim.adaptive_batch` before the run, or the strategy's
+``basin_share`` option:
 
 - ``default``: the package as it is (``THOMPSON_FAR_SHARE = 0``: the whole
   Thompson fill over all candidates);
 - ``no-far``: ``THOMPSON_FAR_SHARE = 0`` explicitly;
 - ``far<p>``: ``THOMPSON_FAR_SHARE = p`` (e.g. ``far1`` or ``far0.75``);
-- ``basin<p>`` / ``hv-basin<p>``: ``THOMPSON_BASIN_SHARE = p`` (``basin0``: no
+- ``basin<p>`` / ``hv-basin<p>``: the option ``basin_share=p`` (``basin0``: no
   points in other basins than the incumbent's, the default before the
   hill-valley basins; the CSV's ``basin0.25`` rows are from the distance rule
   that the hill-valley test replaced, its ``hv-basin0.25`` rows from the
@@ -56,8 +57,10 @@ BATCH = 50
 CSV = "stall_hartmann6.csv"
 
 
-def apply_variant(variant: str) -> None:
-    """Set the module constants of the variant (module docstring)."""
+def apply_variant(variant: str) -> dict:
+    """Set the module constants of the variant (module docstring); return the
+    strategy options it sets."""
+    options = {}
     for part in variant.split("+"):
         if part == "default":
             continue
@@ -67,11 +70,12 @@ def apply_variant(variant: str) -> None:
             adaptive_batch.THOMPSON_FAR_SHARE = float(part[3:])
         elif part.removeprefix("hv-").startswith("basin"):
             share = part.removeprefix("hv-").removeprefix("basin")
-            adaptive_batch.THOMPSON_BASIN_SHARE = float(share)
+            options["basin_share"] = float(share)
         elif part.startswith("temp"):
             adaptive_batch.EmbeddingThompsonSampling = _tempered(float(part[4:]))
         else:
             raise ValueError(f"unknown variant {variant!r}")
+    return options
 
 
 def _tempered(temperature: float) -> type:
@@ -99,10 +103,10 @@ def _tempered(temperature: float) -> type:
     return Tempered
 
 
-def run_seed(seed: int, trials: int, noise_sd: float) -> dict:
+def run_seed(seed: int, trials: int, noise_sd: float, options: dict) -> dict:
     """One 1,000-evaluation run; the final and the 500-evaluation best."""
     client = new_client(seed=seed)
-    set_strategy(client, "bbkb", seed=seed, min_batch_size=BATCH)
+    set_strategy(client, "bbkb", seed=seed, min_batch_size=BATCH, **options)
     best, best_500, done = float("inf"), None, 0
     wall0, cpu0 = time.perf_counter(), time.process_time()
     while done < trials:
@@ -174,11 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     quiet()
     if not args.report_only:
-        apply_variant(args.variant)
+        options = apply_variant(args.variant)
         for seed in (int(s) for s in args.seeds.split(",")):
             row = {
                 "variant": args.variant,
-                **run_seed(seed, args.trials, args.noise_sd),
+                **run_seed(seed, args.trials, args.noise_sd, options),
             }
             print(row, flush=True)
             with open(args.out / f".{CSV}.lock", "w") as lock:  # runs in parallel

@@ -70,6 +70,7 @@ STRATEGY: dict[str, tuple[list[Any], list[Any]]] = {
     "C": ([2.0], [0.5, True, float("nan")]),
     "max_dictionary_size": ([500], [0, True, 2.5]),
     "thompson_fill": ([0.0, 0.5], [-0.1, 1.5, True, "a"]),
+    "basin_share": ([0.0, 0.5], [-0.1, 1.5, True, "a"]),
     "min_batch_size": ([1, 4], [0, True, 2.5]),
 }
 
@@ -80,6 +81,7 @@ ADAPTIVE: dict[str, tuple[list[Any], list[Any]]] = {
     "raw_samples": ([32], [0, True, 1.5]),
     "seed": ([0], ["a", 1.5, True, -1, 2**70]),
     "thompson_fill": ([0.0], [-0.5, 2.0, True]),
+    "basin_share": ([0.0, 1.0], [-0.5, 2.0, True]),
     "hallucination": (["full"], ["some", 3]),
 }
 

@@ -39,6 +39,9 @@ Options (``acquisition_options`` of the generator, stored in Ax JSON):
   are maximisers of posterior samples (Thompson sampling) rather than the next
   greedy points; ignored (logged) on mixed, discrete or constrained domains and
   on candidate sets, where every point is greedy.
+- ``basin_share`` (``0.25``): the share of those Thompson samples spent in other
+  basins of the posterior mean than the incumbent's
+  (:func:`~botorch_sketch.optim.adaptive_batch.thompson_fill_points`).
 
 On a mixed, discrete or constrained domain each greedy step is Ax's own
 optimisation of the batch UCB, and a step proposes a point already observed,
@@ -67,6 +70,7 @@ from torch import Tensor
 from botorch_sketch.acquisition.bbkb import BatchUpperConfidenceBound
 from botorch_sketch.bbkb.stopping import make_rule
 from botorch_sketch.optim.adaptive_batch import (
+    DEFAULT_BASIN_SHARE,
     DEFAULT_C,
     DEFAULT_THOMPSON_FILL,
     StepOptimizer,
@@ -90,6 +94,7 @@ ADAPTIVE_BATCH_OPTIONS: dict[str, Any] = {
     "num_reference_points": 1024,
     "reuse_restarts": True,
     "thompson_fill": DEFAULT_THOMPSON_FILL,
+    "basin_share": DEFAULT_BASIN_SHARE,
 }
 #: Keys that Ax itself may put into ``acquisition_options``.
 _AX_OWNED_OPTIONS = frozenset({"prune_irrelevant_parameters", "subset_model"})
@@ -226,6 +231,7 @@ class AdaptiveBatchAcquisition(Acquisition):
             thompson_fill=self._thompson_fill(
                 choices is None and step_optimizer is None
             ),
+            basin_share=float(self._option("basin_share")),
         )
         if rounding_func is not None and choices is None and step_optimizer is None:
             # Library rows are kept exactly as given (Ax's rounding callback goes

@@ -136,6 +136,7 @@ VALIDATORS: dict[str, Validator] = {
     "allow_repeats": _boolean,
     "reuse_restarts": _boolean,
     "thompson_fill": _fraction,
+    "basin_share": _fraction,
     "paper_phases": _boolean,
     "subset_size": _positive_int,
     "lambda_": _finite(0.0, strict=True),

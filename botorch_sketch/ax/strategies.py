@@ -74,6 +74,7 @@ from botorch_sketch.models.nystrom_inputs import (
     FIT_OPTION_DEFAULTS,
     POLICY_OPTION_DEFAULTS,
 )
+from botorch_sketch.optim.adaptive_batch_inputs import DEFAULT_BASIN_SHARE
 
 __all__ = [
     "StrategyRecipe",
@@ -147,6 +148,7 @@ _BBKB_OPTIONS: dict[str, Any] = {
     "min_batch_size": 1,
     "reuse_restarts": True,
     "thompson_fill": 0.5,
+    "basin_share": DEFAULT_BASIN_SHARE,
 }
 #: What BKB fixes of BBKB's batch options: one point per batch (the rule
 #: ``"bkb"`` is BBKB's global rule with ``C = 1``); the box settings are BBKB's
@@ -157,6 +159,7 @@ _BKB_FIXED: dict[str, Any] = {
     "min_batch_size": 1,
     "reuse_restarts": _BBKB_OPTIONS["reuse_restarts"],
     "thompson_fill": _BBKB_OPTIONS["thompson_fill"],
+    "basin_share": _BBKB_OPTIONS["basin_share"],
 }
 
 
@@ -177,6 +180,7 @@ def _nystrom_kwargs(rule: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
             "min_batch_size": opts["min_batch_size"],
             "reuse_restarts": opts["reuse_restarts"],
             "thompson_fill": float(opts["thompson_fill"]),
+            "basin_share": float(opts["basin_share"]),
             "candidate_set": opts["candidate_set"],
             "allow_repeats": opts["allow_repeats"],
             "seed": opts["seed"],
@@ -204,7 +208,9 @@ def _library_kwargs(rule: str, opts: dict[str, Any]) -> dict[str, Any]:
     r"""A finite library: the BBKB engine (:mod:`botorch_sketch.ax.library`)."""
     sketch_only = {k: v for k, v in _SKETCH_OPTIONS.items() if k != "q_bar"}
     _check_unused(opts, sketch_only, "without a candidate_set (NystromGP)")
-    box_only = {k: _BBKB_OPTIONS[k] for k in ("reuse_restarts", "thompson_fill")}
+    box_only = {
+        k: _BBKB_OPTIONS[k] for k in ("reuse_restarts", "thompson_fill", "basin_share")
+    }
     _check_unused(opts, box_only, "on a box, without a candidate_set")
     keys = ("q_bar", "alpha", "beta", "allow_repeats", "seed", *LIBRARY_OPTIONS)
     return {

@@ -138,6 +138,15 @@ def check_nonnegative_number(value: float, name: str) -> float:
     return value
 
 
+def check_fraction(value: float, name: str) -> float:
+    r"""``value`` if it is a real number in ``[0, 1]`` (not a bool), else an error."""
+    if isinstance(value, bool) or not (
+        isinstance(value, int | float) and 0.0 <= value <= 1.0
+    ):
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}.")
+    return value
+
+
 #: Seeds are ints in ``[0, MAX_SEED]``: the range NumPy's ``np.random.seed``
 #: accepts (torch's generators and Sobol take a wider one), so that a seed that
 #: works in one entry point works in every other.

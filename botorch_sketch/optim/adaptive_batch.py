@@ -115,7 +115,9 @@ from botorch_sketch.bbkb.selection import StepRecord, select_batch
 from botorch_sketch.bbkb.stopping import GlobalLocalRule, StoppingRule
 from botorch_sketch.generation.thompson import EmbeddingThompsonSampling
 from botorch_sketch.models.nystrom import NystromGP
+from botorch_sketch.models.validation import check_fraction
 from botorch_sketch.optim.adaptive_batch_inputs import (
+    DEFAULT_BASIN_SHARE,
     DEFAULT_C,
     DEFAULT_THOMPSON_FILL,
     AdaptiveBatchInputs,
@@ -131,6 +133,7 @@ from botorch_sketch.optim.new_points import (
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "DEFAULT_BASIN_SHARE",
     "DEFAULT_C",
     "DEFAULT_THOMPSON_FILL",
     "AdaptiveBatchInputs",
@@ -158,14 +161,16 @@ THOMPSON_SEED_OFFSET = 104_729
 #: Off by default.
 THOMPSON_FAR_SHARE = 0.0
 THOMPSON_FAR_RADIUS = 0.2
-#: Share of the Thompson fill spent on other basins than the incumbent's: the
+#: Default share of the Thompson fill spent on other basins than the incumbent's
+#: (the ``basin_share`` option; 0.5 measured in ``bbkb_exploration.md`` section
+#: 13: no Hartmann6 stall in 20 seeds, but a worse Ackley10 median): the
 #: training points, ranked by posterior mean, are grouped by the hill-valley test
 #: on the mean (:func:`~botorch_sketch.optim.basins.hill_valley_centers`); the best
 #: point of each of the ``THOMPSON_BASIN_CENTERS`` basins after the incumbent's
 #: gets the share's points in turn, each the maximiser of a posterior sample over
 #: ``THOMPSON_BASIN_PER_CENTER`` Gaussian steps of ``THOMPSON_BASIN_STEP`` x the
 #: box side around it (a local Thompson step in each other basin).
-THOMPSON_BASIN_SHARE = 0.25
+THOMPSON_BASIN_SHARE = DEFAULT_BASIN_SHARE
 THOMPSON_BASIN_CENTERS = 3
 THOMPSON_BASIN_PER_CENTER = 256
 THOMPSON_BASIN_STEP = 0.1
@@ -197,6 +202,7 @@ def optimize_acqf_adaptive_batch(
     hallucination: str = DEFAULT_HALLUCINATION,
     reuse_restarts: bool = True,
     thompson_fill: float = DEFAULT_THOMPSON_FILL,
+    basin_share: float = THOMPSON_BASIN_SHARE,
     prefer_new_points: bool = True,
     new_point_search: NeighborhoodSearch | None = None,
 ) -> tuple[Tensor, Tensor]:
@@ -264,6 +270,11 @@ def optimize_acqf_adaptive_batch(
             points, and Thompson samples fill the batch to ``min_batch_size``.
             Box only, without ``step_optimizer`` (an error otherwise when
             ``f > 0``). ``0`` (default): the greedy sequence alone.
+        basin_share: Fraction in ``[0, 1]`` of the Thompson fill spent in other
+            basins of the posterior mean than the incumbent's
+            (:func:`thompson_fill_points`; default ``THOMPSON_BASIN_SHARE``).
+            More keeps a run from stalling in a second basin, fewer refines the
+            incumbent's (``benchmarks/results/bbkb_exploration.md``).
         hallucination: On a box, how pending points enter the variance:
             ``"full"`` (the batch-start posterior conditioned on them) or
             ``"dictionary"`` (through the frozen embedding, the paper's and the
@@ -323,6 +334,7 @@ def optimize_acqf_adaptive_batch(
         hallucination=hallucination,
         reuse_restarts=reuse_restarts,
         thompson_fill=thompson_fill,
+        basin_share=basin_share,
         prefer_new_points=prefer_new_points,
         new_point_search=new_point_search,
     )
@@ -458,6 +470,7 @@ def _batch_on_domain(inputs: AdaptiveBatchInputs) -> tuple[Tensor, Tensor]:
             posterior_transform=inputs.posterior_transform,
             maximize=inputs.maximize,
             seed=seed + THOMPSON_SEED_OFFSET,
+            basin_share=inputs.basin_share,
         )
         with torch.no_grad():
             sampled_values = start(sampled.unsqueeze(-2)).reshape(-1)
@@ -474,6 +487,7 @@ def thompson_fill_points(
     posterior_transform: PosteriorTransform | None = None,
     maximize: bool = True,
     seed: int = 0,
+    basin_share: float = THOMPSON_BASIN_SHARE,
 ) -> Tensor:
     r"""``num_points`` distinct maximisers of independent posterior samples.
 
@@ -485,7 +499,7 @@ def thompson_fill_points(
     picks its best candidate not already taken
     (:class:`~botorch_sketch.generation.thompson.EmbeddingThompsonSampling`,
     ``O(A m)`` per sample, no ``A x A`` covariance). The first
-    ``floor(THOMPSON_BASIN_SHARE * num_points)`` points are local steps in other
+    ``floor(basin_share * num_points)`` points are local steps in other
     basins of the posterior mean than the incumbent's (:func:`_basin_points`):
     the best training point of each such basin takes them in turn, each the
     maximiser of a sample over ``THOMPSON_BASIN_PER_CENTER`` Gaussian steps of
@@ -500,6 +514,7 @@ def thompson_fill_points(
         posterior_transform: A ``ScalarizedPosteriorTransform`` or ``None``.
         maximize: Whether larger outcomes are better.
         seed: Seed of the candidates and of the samples.
+        basin_share: Share in ``[0, 1]`` of the points spent in other basins.
 
     Returns:
         A ``num_points x d`` tensor of candidates.
@@ -508,6 +523,7 @@ def thompson_fill_points(
         isinstance(num_points, int) and num_points >= 1
     ):
         raise ValueError(f"num_points must be a positive int, got {num_points!r}.")
+    check_fraction(basin_share, "basin_share")
     dtype = model.compute_dtype
     bounds = bounds.to(dtype)
     sign = 1.0 if maximize else -1.0
@@ -530,7 +546,7 @@ def thompson_fill_points(
     picked = _basin_points(
         model,
         bounds,
-        math.floor(THOMPSON_BASIN_SHARE * num_points),
+        math.floor(basin_share * num_points),
         transform,
         seed + 3,
     )

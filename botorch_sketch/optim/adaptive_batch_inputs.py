@@ -25,7 +25,11 @@ from botorch_sketch.acquisition.bbkb import (
 from botorch_sketch.bbkb.config import BBKBConfig
 from botorch_sketch.bbkb.stopping import StoppingRule, make_rule
 from botorch_sketch.models.nystrom import NystromGP
-from botorch_sketch.models.validation import check_nonnegative_number, check_seed
+from botorch_sketch.models.validation import (
+    check_fraction,
+    check_nonnegative_number,
+    check_seed,
+)
 from botorch_sketch.optim.new_points import NeighborhoodSearch
 
 __all__ = [
@@ -45,6 +49,9 @@ DEFAULT_C = BBKBConfig.C
 #: Default share of a batch filled by Thompson sampling: none (the greedy
 #: sequence alone; Ax's BBKB strategies set their own).
 DEFAULT_THOMPSON_FILL = 0.0
+#: Default share of the Thompson fill spent in other basins of the posterior mean
+#: (:func:`~botorch_sketch.optim.adaptive_batch.thompson_fill_points`).
+DEFAULT_BASIN_SHARE = 0.25
 
 
 @dataclass
@@ -79,6 +86,7 @@ class AdaptiveBatchInputs:
     hallucination: str = DEFAULT_HALLUCINATION
     reuse_restarts: bool = True
     thompson_fill: float = DEFAULT_THOMPSON_FILL
+    basin_share: float = DEFAULT_BASIN_SHARE
     prefer_new_points: bool = True
     new_point_search: NeighborhoodSearch | None = None
 
@@ -108,10 +116,8 @@ class AdaptiveBatchInputs:
                 f"{self.hallucination!r}."
             )
         fill = self.thompson_fill
-        if isinstance(fill, bool) or not (
-            isinstance(fill, int | float) and 0.0 <= fill <= 1.0
-        ):
-            raise ValueError(f"thompson_fill must be a number in [0, 1], got {fill!r}.")
+        check_fraction(fill, "thompson_fill")
+        check_fraction(self.basin_share, "basin_share")
         if fill > 0 and (self.choices is not None or self.step_optimizer is not None):
             raise ValueError(
                 "thompson_fill > 0 needs a box domain (bounds) without choices or "

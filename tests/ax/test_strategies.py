@@ -114,14 +114,32 @@ def test_batch_settings_come_from_the_options_table_only(monkeypatch, name):
     if name != "bkb":
         monkeypatch.setitem(table, "C", 3.0)
         monkeypatch.setitem(table, "thompson_fill", 0.25)
+        monkeypatch.setitem(table, "basin_share", 0.5)
     settings = {**strategies._RECIPES[name].fixed, **strategy_options(name)}
     spec = get_generation_strategy(name)._nodes[1].generator_specs[0]
     acquisition = spec.generator_kwargs["acquisition_options"]
-    for key in ("C", "max_batch_size", "min_batch_size", "thompson_fill"):
+    keys = ("C", "max_batch_size", "min_batch_size", "thompson_fill", "basin_share")
+    for key in keys:
         assert acquisition[key] == settings[key], key
     model = spec.generator_kwargs["surrogate_spec"].model_configs[0]
     assert model.model_options["q_bar"] == 3.0
     assert acquisition["C"] == (1.0 if name == "bkb" else 3.0)
+
+
+def test_basin_share_reaches_the_thompson_fill(monkeypatch):
+    from botorch_sketch.ax import acquisition
+
+    seen = []
+    optimize = acquisition.optimize_acqf_adaptive_batch
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["basin_share"])
+        return optimize(*args, **kwargs)
+
+    monkeypatch.setattr(acquisition, "optimize_acqf_adaptive_batch", spy)
+    client = make_client("bbkb", "hartmann6", initialization_budget=4, basin_share=0.75)
+    run_trials(client, "hartmann6", total=6)
+    assert seen and set(seen) == {0.75}
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -326,9 +326,10 @@ def test_thompson_fill_points_follow_the_posterior(model, monkeypatch):
     minimisers (maximize=False) where it is low (without the far and basin
     shares)."""
     monkeypatch.setattr(adaptive_batch, "THOMPSON_FAR_SHARE", 0.0)
-    monkeypatch.setattr(adaptive_batch, "THOMPSON_BASIN_SHARE", 0.0)
-    high = thompson_fill_points(model, BOUNDS, 8, seed=0)
-    low = thompson_fill_points(model, BOUNDS, 8, maximize=False, seed=0)
+    high = thompson_fill_points(model, BOUNDS, 8, seed=0, basin_share=0.0)
+    low = thompson_fill_points(
+        model, BOUNDS, 8, maximize=False, seed=0, basin_share=0.0
+    )
     grid = torch.rand(2000, 2, generator=torch.Generator().manual_seed(1), dtype=DT)
     with torch.no_grad():
         mean = model.posterior(grid).mean.reshape(-1)
@@ -341,6 +342,9 @@ def test_thompson_fill_points_follow_the_posterior(model, monkeypatch):
     for bad in (0, 2.0, True):
         with pytest.raises(ValueError, match="num_points must be a positive int"):
             thompson_fill_points(model, BOUNDS, bad)
+    for bad in (-0.1, 1.5, True):
+        with pytest.raises(ValueError, match="basin_share must be a number"):
+            thompson_fill_points(model, BOUNDS, 4, basin_share=bad)
 
 
 # ---------------------------------------------------------------------------------
@@ -572,8 +576,7 @@ def test_thompson_fill_draws_its_far_share_away_from_the_best_points(
     """``THOMPSON_FAR_SHARE`` of the fill lies farther than the radius from every
     one of the best training points; the rest follows the posterior anywhere."""
     monkeypatch.setattr(adaptive_batch, "THOMPSON_FAR_SHARE", 0.5)
-    monkeypatch.setattr(adaptive_batch, "THOMPSON_BASIN_SHARE", 0.0)
-    got = thompson_fill_points(model, BOUNDS, 8, seed=0)
+    got = thompson_fill_points(model, BOUNDS, 8, seed=0, basin_share=0.0)
     assert got.shape == (8, 2)
     assert torch.unique(got, dim=0).shape[0] == 8  # distinct
     X, Y = model.train_inputs[0], model.train_targets
@@ -610,9 +613,8 @@ def test_thompson_fill_spends_its_basin_share_in_other_basins(
     centre getting its turn; without the share fewer go there."""
     model = two_bump_model
     monkeypatch.setattr(adaptive_batch, "THOMPSON_FAR_SHARE", 0.0)
-    monkeypatch.setattr(adaptive_batch, "THOMPSON_BASIN_SHARE", 0.5)
     monkeypatch.setattr(adaptive_batch, "THOMPSON_BASIN_STEP", 0.02)
-    got = thompson_fill_points(model, BOUNDS, 8, seed=0)
+    got = thompson_fill_points(model, BOUNDS, 8, seed=0, basin_share=0.5)
     assert got.shape == (8, 2) and torch.unique(got, dim=0).shape[0] == 8
     X = model.train_inputs[0]
     transform = ScalarizedPosteriorTransform(torch.ones(1, dtype=DT))
@@ -627,7 +629,6 @@ def test_thompson_fill_spends_its_basin_share_in_other_basins(
     assert (dist[:, 1:].min(-1).values < 0.1).all() and (dist[:, 0] > 0.3).all()
     nearest = dist[:, 1:].argmin(-1)
     assert set(nearest.tolist()) == set(range(min(4, centers.shape[0] - 1)))
-    monkeypatch.setattr(adaptive_batch, "THOMPSON_BASIN_SHARE", 0.0)
-    plain = thompson_fill_points(model, BOUNDS, 8, seed=0)
+    plain = thompson_fill_points(model, BOUNDS, 8, seed=0, basin_share=0.0)
     near_others = torch.cdist(plain, centers[1:]).min(-1).values < 0.1
     assert int(near_others.sum()) < 4  # the share, not chance, put them there
