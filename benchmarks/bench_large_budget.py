@@ -63,6 +63,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import fcntl
 import logging
 import os
 import sys
@@ -461,6 +462,17 @@ def _key(row: dict[str, Any]) -> tuple:
     )
 
 
+def append_row(path: Path, row: dict[str, Any]) -> None:
+    """Add ``row`` to the CSV at ``path``, re-read under a lock: runs that write
+    the same CSV side by side keep each other's rows (each used to write back
+    the rows it read at its start)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        rows = harness.read_csv(path) if path.exists() else []
+        harness.write_csv(path, [*rows, row])
+
+
 def run_suite(args: argparse.Namespace) -> None:
     """Every selected ``(problem, method, seed)`` not yet in the CSV."""
     rows = harness.read_csv(args.csv) if args.csv.exists() else []
@@ -477,8 +489,7 @@ def run_suite(args: argparse.Namespace) -> None:
                     continue
                 logger.info("run %s %s seed %d", name, method, seed)
                 row = run_one(problem, method, seed, args)
-                rows.append(row)
-                harness.write_csv(args.csv, rows)
+                append_row(args.csv, row)
                 logger.info(
                     "done %s %s seed %d: best %.4g after %d, %.0f CPU s (load %.1f)",
                     name,
