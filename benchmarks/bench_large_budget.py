@@ -655,10 +655,15 @@ def _optimum(group: dict[str, list[dict]]) -> float:
 
 
 def report(out: Path) -> None:
-    """``large_budget.md`` and the plots from every ``large_budget*.csv``."""
-    rows = [
-        r for p in sorted(out.glob("large_budget*.csv")) for r in harness.read_csv(p)
-    ]
+    """``large_budget.md`` and the plots from every ``large_budget*.csv`` (a run
+    found in several CSVs, e.g. a seed rerun next to new seeds, counts once: the
+    last file's row in name order)."""
+    by_key = {
+        _key(r): r
+        for p in sorted(out.glob("large_budget*.csv"))
+        for r in harness.read_csv(p)
+    }
+    rows = list(by_key.values())
     if not rows:
         logger.warning("no rows in %s", out)
         return
