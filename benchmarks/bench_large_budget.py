@@ -35,6 +35,8 @@ batches of ``--batch``):
   fits on a 300-point subsample of the region).
 - ``turbo-bkb-it100`` / ``turbo-bkb-it200``: ``"turbo-bkb"`` with
   ``fit_max_iterations=100`` / ``200`` (L-BFGS-B iterations of each region fit).
+- ``bbkb-basin0.34``: ``"bbkb"`` with ``basin_share=0.34`` (a 3-point Thompson fill,
+  batches of 8, gets one point in another basin; 0.25 gives none).
 - ``ax-default``: ``client.configure_generation_strategy()`` and
   ``client.get_next_trials(q)``, stopped at the wall cap (``--ax-cap-s``,
   300 s by default, recorded as ``capped``). ``--turbo-cap-s`` caps TuRBO-1 the
@@ -98,6 +100,7 @@ METHODS = (
     "turbo-bkb-fit300",
     "turbo-bkb-it100",
     "turbo-bkb-it200",
+    "bbkb-basin0.34",
     "ax-default",
 )
 #: Benchmark names of a package strategy with options: ``name -> (strategy, options)``.
@@ -106,6 +109,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-fit300": ("turbo-bkb", {"fit_subset_size": 300}),
     "turbo-bkb-it100": ("turbo-bkb", {"fit_max_iterations": 100}),
     "turbo-bkb-it200": ("turbo-bkb", {"fit_max_iterations": 200}),
+    "bbkb-basin0.34": ("bbkb", {"basin_share": 0.34}),
 }
 KEY = ("problem", "method", "seed", "budget", "batch")
 PENDING = """```
