@@ -172,6 +172,10 @@ THOMPSON_FAR_RADIUS = 0.2
 #: box side around it (a local Thompson step in each other basin).
 THOMPSON_BASIN_SHARE = DEFAULT_BASIN_SHARE
 THOMPSON_BASIN_CENTERS = 3
+#: A fill of at least this many points spends at least one in another basin
+#: (when ``basin_share > 0``): the 3-point fill of 8-point batches otherwise gets
+#: none (``floor(0.25 * 3) = 0``).
+BASIN_MIN_FILL = 3
 THOMPSON_BASIN_PER_CENTER = 256
 THOMPSON_BASIN_STEP = 0.1
 #: Depth a dip of the posterior mean must exceed to separate two basins, as a
@@ -499,7 +503,8 @@ def thompson_fill_points(
     picks its best candidate not already taken
     (:class:`~botorch_sketch.generation.thompson.EmbeddingThompsonSampling`,
     ``O(A m)`` per sample, no ``A x A`` covariance). The first
-    ``floor(basin_share * num_points)`` points are local steps in other
+    :func:`basin_count` points (``floor(basin_share * num_points)``, at least
+    one in a fill of ``BASIN_MIN_FILL`` or more) are local steps in other
     basins of the posterior mean than the incumbent's (:func:`_basin_points`):
     the best training point of each such basin takes them in turn, each the
     maximiser of a sample over ``THOMPSON_BASIN_PER_CENTER`` Gaussian steps of
@@ -546,7 +551,7 @@ def thompson_fill_points(
     picked = _basin_points(
         model,
         bounds,
-        math.floor(basin_share * num_points),
+        basin_count(basin_share, num_points),
         transform,
         seed + 3,
     )
@@ -567,6 +572,16 @@ def thompson_fill_points(
         )
         picked.append(sampler(candidates, num_samples=num_points - num_far))
     return torch.cat(picked)
+
+
+def basin_count(basin_share: float, num_points: int) -> int:
+    r"""Points of a ``num_points`` fill spent in other basins:
+    ``floor(basin_share num_points)``, at least one when ``basin_share > 0`` and
+    ``num_points >= BASIN_MIN_FILL``."""
+    count = math.floor(basin_share * num_points)
+    if basin_share > 0 and num_points >= BASIN_MIN_FILL:
+        count = max(count, 1)
+    return count
 
 
 def _basin_points(

@@ -632,3 +632,12 @@ def test_thompson_fill_spends_its_basin_share_in_other_basins(
     plain = thompson_fill_points(model, BOUNDS, 8, seed=0, basin_share=0.0)
     near_others = torch.cdist(plain, centers[1:]).min(-1).values < 0.1
     assert int(near_others.sum()) < 4  # the share, not chance, put them there
+
+
+def test_basin_count_gives_small_fills_one_point():
+    from botorch_sketch.optim.adaptive_batch import basin_count
+
+    assert [basin_count(0.25, n) for n in (1, 2, 3, 4, 7, 8, 24)] == [
+        0, 0, 1, 1, 1, 2, 6,
+    ]  # fmt: skip
+    assert basin_count(0.0, 10) == 0 and basin_count(0.5, 3) == 1
