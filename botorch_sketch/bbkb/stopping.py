@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -112,13 +113,17 @@ class GlobalRule(StoppingRule):
         if state is None:
             raise ValueError("GlobalRule.start needs the batch-start state.")
         super().start(state)
-        s2_0 = state.s2_0
-        # A NumPy array on the host (a view on the CPU, one copy per batch from a
-        # GPU): one scalar read per step without dispatch or device round trip.
-        self._s2_0 = s2_0.detach().cpu().numpy() if not s2_0.requires_grad else s2_0
+        self._s2_0 = _host_values(state.s2_0)
 
     def _update(self, arm: int, variance: float) -> float:
         return self._bound + float(self._s2_0[arm])
+
+
+def _host_values(s2_0: Tensor) -> np.ndarray | Tensor:
+    r"""The batch-start variances as a NumPy array on the host (a view on the
+    CPU, one copy per batch from a GPU), for one scalar read per step without
+    dispatch or device round trip; the tensor itself when it carries gradients."""
+    return s2_0 if s2_0.requires_grad else s2_0.cpu().numpy()
 
 
 class GlobalLocalRule(StoppingRule):
@@ -167,6 +172,7 @@ class GlobalLocalRule(StoppingRule):
         self._acc: Tensor | None = None
         tiny = torch.finfo(state.s2_0.dtype).tiny
         self._inv_s2 = state.s2_0.clamp_min(tiny).reciprocal()
+        self._s2_0 = _host_values(state.s2_0)
 
     def _add(self, arm: int) -> None:
         k = self._state.covariance_with(arm)
@@ -182,7 +188,7 @@ class GlobalLocalRule(StoppingRule):
 
     def _update(self, arm: int, variance: float) -> float:
         self._batch.append(arm)
-        self._global += float(self._state.s2_0[arm])
+        self._global += float(self._s2_0[arm])
         if self._acc is None:
             if self._global <= self.C and not self.switch_immediately:
                 return self._global

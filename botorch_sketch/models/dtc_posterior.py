@@ -218,8 +218,11 @@ class DTCPosteriorMixin:
             cache = self._posterior_cache()
             S, W, factor = cache["S"], cache["W"], cache["factor"]
             # The training inputs' embedding is the memo's (no second n x r block).
-            Z = self._train_embedding()[2] if X is self._train_X else None
-            Z = self._embed(X, S, W) if Z is None else Z
+            Z = (
+                self._train_embedding()[2]
+                if X is self._train_X
+                else self._embed(X, S, W)
+            )
             noise = self.likelihood.noise
             if isinstance(self.likelihood, FixedNoiseGaussianLikelihood):
                 same = X.shape == self._train_X.shape and torch.equal(X, self._train_X)

@@ -35,7 +35,7 @@ the price of the rule's guarantee for those extra points (an extension). With
 points of a filled batch (fewer when the rule's own batch is longer) are instead
 the maximisers of independent posterior samples (parallel Thompson sampling,
 Kandasamy et al., AISTATS 2018) over a candidate set
-(:func:`thompson_fill_points`). A share ``THOMPSON_BASIN_SHARE`` of them (a
+(:func:`thompson_fill_points`). A share ``basin_share`` of them (a
 quarter) goes to other basins than the incumbent's: the basins of the posterior
 mean are told apart by the hill-valley test
 (:func:`~botorch_sketch.optim.basins.hill_valley_centers`), and the best training
@@ -161,16 +161,16 @@ THOMPSON_SEED_OFFSET = 104_729
 #: Off by default.
 THOMPSON_FAR_SHARE = 0.0
 THOMPSON_FAR_RADIUS = 0.2
-#: Default share of the Thompson fill spent on other basins than the incumbent's
-#: (the ``basin_share`` option; 0.5 measured in ``bbkb_exploration.md`` section
-#: 13: no Hartmann6 stall in 20 seeds, but a worse Ackley10 median): the
+#: The share of the Thompson fill spent on other basins than the incumbent's is
+#: the ``basin_share`` option (default ``DEFAULT_BASIN_SHARE``; 0.5 measured in
+#: ``bbkb_exploration.md`` section 13: no Hartmann6 stall in 20 seeds, but a
+#: worse Ackley10 median): the
 #: training points, ranked by posterior mean, are grouped by the hill-valley test
 #: on the mean (:func:`~botorch_sketch.optim.basins.hill_valley_centers`); the best
 #: point of each of the ``THOMPSON_BASIN_CENTERS`` basins after the incumbent's
 #: gets the share's points in turn, each the maximiser of a posterior sample over
 #: ``THOMPSON_BASIN_PER_CENTER`` Gaussian steps of ``THOMPSON_BASIN_STEP`` x the
 #: box side around it (a local Thompson step in each other basin).
-THOMPSON_BASIN_SHARE = DEFAULT_BASIN_SHARE
 THOMPSON_BASIN_CENTERS = 3
 #: A fill of at least this many points spends at least one in another basin
 #: (when ``basin_share > 0``): the 3-point fill of 8-point batches otherwise gets
@@ -206,7 +206,7 @@ def optimize_acqf_adaptive_batch(
     hallucination: str = DEFAULT_HALLUCINATION,
     reuse_restarts: bool = True,
     thompson_fill: float = DEFAULT_THOMPSON_FILL,
-    basin_share: float = THOMPSON_BASIN_SHARE,
+    basin_share: float = DEFAULT_BASIN_SHARE,
     prefer_new_points: bool = True,
     new_point_search: NeighborhoodSearch | None = None,
 ) -> tuple[Tensor, Tensor]:
@@ -276,7 +276,7 @@ def optimize_acqf_adaptive_batch(
             ``f > 0``). ``0`` (default): the greedy sequence alone.
         basin_share: Fraction in ``[0, 1]`` of the Thompson fill spent in other
             basins of the posterior mean than the incumbent's
-            (:func:`thompson_fill_points`; default ``THOMPSON_BASIN_SHARE``).
+            (:func:`thompson_fill_points`; default ``DEFAULT_BASIN_SHARE``).
             More keeps a run from stalling in a second basin, fewer refines the
             incumbent's (``benchmarks/results/bbkb_exploration.md``).
         hallucination: On a box, how pending points enter the variance:
@@ -491,7 +491,7 @@ def thompson_fill_points(
     posterior_transform: PosteriorTransform | None = None,
     maximize: bool = True,
     seed: int = 0,
-    basin_share: float = THOMPSON_BASIN_SHARE,
+    basin_share: float = DEFAULT_BASIN_SHARE,
 ) -> Tensor:
     r"""``num_points`` distinct maximisers of independent posterior samples.
 
