@@ -326,6 +326,49 @@ def test_dtc_predictor_equals_embedding_route(data, fold):
     )
 
 
+@pytest.mark.parametrize("heteroscedastic", [False, True])
+def test_exact_predictor_equals_closed_form_and_full_dictionary(data, heteroscedastic):
+    X, y, Xs = data
+    noise = torch.full((40,), 0.01, dtype=DT)
+    if heteroscedastic:
+        noise = noise * (1 + torch.arange(40, dtype=DT) / 10)
+    predictor = linalg.exact_predictor(rbf(X, X), y, noise)
+    assert predictor.folded and predictor.basis.shape == (40, 41)
+    mean, cov = linalg.dtc_predict(predictor, rbf(Xs, X), rbf(Xs, Xs))
+    C = rbf(X, X) + torch.diag(noise)
+    torch.testing.assert_close(
+        mean, rbf(Xs, X) @ torch.linalg.solve(C, y), atol=1e-9, rtol=0
+    )
+    expected = rbf(Xs, Xs) - rbf(Xs, X) @ torch.linalg.solve(C, rbf(X, Xs))
+    torch.testing.assert_close(cov, expected, atol=1e-9, rtol=0)
+    # The same posterior as the eigendecomposition route with S = X.
+    W = linalg.nystrom_embedding_map(rbf(X, X))
+    dtc = linalg.dtc_predictor(W, linalg.dtc_factor(rbf(X, X) @ W, y, noise))
+    mean_d, cov_d = linalg.dtc_predict(dtc, rbf(Xs, X), rbf(Xs, Xs))
+    torch.testing.assert_close(mean, mean_d, atol=1e-7, rtol=0)
+    torch.testing.assert_close(cov, cov_d, atol=1e-7, rtol=0)
+
+
+def test_exact_predictor_batched_jitter_and_errors(data):
+    X, y, Xs = data
+    Xd = torch.cat([X, X[:5]])  # duplicated rows: K singular, K + N is not
+    yd = torch.cat([y, y[:5]])
+    K = torch.stack([rbf(Xd, Xd, 0.3), rbf(Xd, Xd, 0.5)])
+    noise = torch.tensor([[1e-3], [1e-2]], dtype=DT)
+    batched = linalg.exact_predictor(K, yd.expand(2, -1), noise)
+    assert batched.basis.shape == (2, 45, 46)
+    for i in range(2):
+        one = linalg.exact_predictor(K[i], yd, noise[i])
+        torch.testing.assert_close(batched.basis[i], one.basis, atol=1e-10, rtol=0)
+    # Zero noise on a singular K: the factorisation needs (and gets) a jitter.
+    zero = linalg.exact_predictor(rbf(Xd, Xd), yd, torch.zeros(1, dtype=DT))
+    assert torch.isfinite(zero.basis).all()
+    with pytest.raises(ValueError, match="square"):
+        linalg.exact_predictor(rbf(X, Xs), y, noise[0])
+    with pytest.raises(torch.linalg.LinAlgError, match="positive definite"):
+        linalg.exact_predictor(-torch.eye(3, dtype=DT), y[:3], noise[0])
+
+
 def test_unfolded_predictor_is_differentiable_in_the_data(data):
     """Fantasy models differentiate the posterior through their training data:
     the unfolded predictor carries those gradients (the folded one is built

@@ -142,18 +142,21 @@ class _FrozenCache(NamedTuple):
     ``m x (1 + 2r)``.
 
     Attributes:
-        source: The model's ``DTCFactor`` this cache was built from (identity is
+        source: The model's predictor this cache was built from
+            (:meth:`~botorch_sketch.models.NystromGP.dtc_predictor`; identity is
             used to detect a rebuilt model cache).
         X_pending: The (untransformed) pending points hallucinated into ``chol``.
         S: ``m x d`` dictionary points (transformed inputs).
-        W: ``m x r`` embedding map, ``z(x) = W^T k_S(x)``.
+        W: ``m x r`` embedding map, ``z(x) = W^T k_S(x)`` (``None`` under the
+            full hallucination, which needs only the folded predictor).
         start: The batch-start (folded) predictor, kept when pending points are
             appended.
         predictor: The predictor of the current hallucinated variance.
-        chol: ``r x r`` factor ``L_t`` of ``A_t = A + Z_p^T Z_p / lam``
-            (``L`` itself, no pending point, under the full hallucination).
+        chol: ``r x r`` factor ``L_t`` of ``A_t = A + Z_p^T Z_p / lam`` (``None``
+            under the full hallucination).
         lam: Noise variance ``lam`` in model (transformed-outcome) units, a scalar.
         pending: The pending points' block of the full hallucination, or ``None``.
+        factor: The model's DTC factor under the dictionary hallucination.
     """
 
     source: Any
@@ -162,9 +165,10 @@ class _FrozenCache(NamedTuple):
     W: Tensor
     start: linalg.DTCPredictor
     predictor: linalg.DTCPredictor
-    chol: Tensor
+    chol: Tensor | None
     lam: Tensor
     pending: _PendingBlock | None = None
+    factor: linalg.DTCFactor | None = None
 
 
 class _PendingBlock(NamedTuple):
@@ -427,13 +431,17 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
             arms = model.transform_inputs(X)
             kernel = as_dense_kernel(model.covar_module, arms)
             lam = float(cache.lam)
+            S, W, L_t = cache.S, cache.W, cache.chol
+            if W is None:  # full hallucination, no pending point: the model's
+                S, W, factor = model.dtc_parts()
+                L_t = factor.chol
             return PosteriorState(
                 arms=arms,
                 kernel=kernel,
                 lam=lam,
-                X_S=cache.S,
-                W=cache.W,
-                L=cache.chol * math.sqrt(lam),
+                X_S=S,
+                W=W,
+                L=L_t * math.sqrt(lam),
                 mu=self._ucb_mean(torch.cat([m for m, _ in terms])),
                 s2_0=torch.cat([v for _, v in terms]),
                 kdiag=kernel.diag(arms),
@@ -495,7 +503,7 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
         model = self.model
         if model.training:  # eval() walks every submodule: not on every call
             model.eval()
-        source = model.dtc_parts().factor
+        source = model.dtc_predictor()
         old = self._frozen
         X_pending = self.X_pending
         if old is not None and old.source is source:
@@ -578,34 +586,41 @@ def _build_cache(
     ``O(p m (d + r) + p^2 (p + r))`` under the full one.
     """
     with torch.no_grad():
-        S, W, factor = model.dtc_parts()
         lam = _noise_level(model)
+        source = model.dtc_predictor()
         if old is None:
-            start = model.dtc_predictor()
-            if not start.folded:  # built for data with gradients
-                start = linalg.dtc_predictor(W, factor)
-            L_t, rows, pending = factor.chol, X_pending, None
+            start, S, W, L_t, factor = source, None, None, None, None
+            if hallucination == "dictionary" or not start.folded:
+                S, W, factor = model.dtc_parts()
+                L_t = factor.chol
+                if not start.folded:  # built for data with gradients
+                    start = linalg.dtc_predictor(W, factor)
+            else:  # the full hallucination needs the folded predictor only
+                S = model.posterior_inducing_points()
+            rows, pending = X_pending, None
         else:
             start, L_t, rows, pending = old.start, old.chol, new_rows, old.pending
+            S, W, factor = old.S, old.W, old.factor
         if rows is not None and rows.shape[0] > 0:
             Xp = model.transform_inputs(rows.to(model.compute_dtype))
             K_pS = _dense_kernel(model, Xp, S)
             if hallucination == "full":
-                P = K_pS @ start.basis[..., 1:]
+                P = linalg.dtc_features(start, K_pS)[1]
                 pending = _extend_pending(model, pending, Xp, P, lam)
             else:
                 L_t = pending_cholesky(L_t, K_pS @ W / lam.sqrt())
         predictor = start
-        if L_t is not factor.chol:  # dictionary hallucination: z(x), L_t^{-1} z(x)
+        if hallucination == "dictionary" and L_t is not factor.chol:
+            # the dictionary hallucination: z(x), L_t^{-1} z(x)
             M_t = torch.linalg.solve_triangular(L_t, W.mT, upper=False).mT
             predictor = linalg.DTCPredictor(
                 basis=torch.cat([start.basis[..., :1], W, M_t], dim=-1),
                 num_explained=W.shape[-1],
             )
         p = 0 if X_pending is None else X_pending.shape[0]
-        logger.debug("BBKB cache: m=%d, r=%d, p=%d.", S.shape[-2], W.shape[-1], p)
+        logger.debug("BBKB cache: m=%d, p=%d.", S.shape[-2], p)
         return _FrozenCache(
-            source=factor,
+            source=source,
             X_pending=X_pending,
             S=S,
             W=W,
@@ -614,6 +629,7 @@ def _build_cache(
             chol=L_t,
             lam=lam,
             pending=pending,
+            factor=factor,
         )
 
 

@@ -26,6 +26,19 @@ dimension of the data grows with ``n``, and a dictionary that did not grow with
 it would leave a DTC posterior that gets worse with more data. A fixed time
 budget would shrink the cap like ``n^{-1/2}``.
 
+With every point in the dictionary the posterior is the exact GP's, built
+from one Cholesky factor of ``K + N`` and its triangular inverse
+(:func:`~botorch_sketch.linalg.exact_predictor`) instead of the sketch's
+eigendecompositions:
+
+    E(n) = 3 n^2 d + n^3 / 3 + EXACT_INVERSE_WEIGHT n^3 / 3,
+
+the triangular inverse weighted by the matrix-product rate it falls short of.
+Where the budget binds and the capped sketch misses its accuracy criterion,
+the default policy uses every point if ``E(n) <= F(cap)`` and the ``n x n``
+blocks fit the memory rule (:func:`device_affords_exact`): the exact GP at no
+more than the cost of the sketch the budget allows.
+
 The hyperparameter fit on a subsample of ``s`` points evaluates the exact
 marginal likelihood about ``FIT_EVALUATIONS`` times, each a Cholesky factor and
 its gradient, ``G(s) = 4/3 s^3`` operations, run at ``FIT_EFFICIENCY`` times
@@ -64,10 +77,13 @@ __all__ = [
     "MIN_FIT_SUBSET_SIZE",
     "REFERENCE_POINTS",
     "SECONDS_PER_POINT",
+    "EXACT_INVERSE_WEIGHT",
     "DeviceFacts",
+    "device_affords_exact",
     "device_dictionary_cap",
     "device_facts",
     "device_fit_subset_size",
+    "exact_posterior_flops",
     "fit_flops",
     "measure_device_facts",
     "posterior_cache_flops",
@@ -89,6 +105,11 @@ SECONDS_PER_POINT = 1.5e-4
 
 #: Beyond this many points the time budget ``T(n)`` grows like ``n^{3/2}``.
 REFERENCE_POINTS = 4000
+
+#: Weight of the triangular inverse's ``n^3 / 3`` operations in ``E(n)``: it runs
+#: at about a third of the matrix-product rate (one CPU thread: 24 against 90
+#: GFLOP/s at n = 4,000; ``benchmarks/results/exact_posterior.md``).
+EXACT_INVERSE_WEIGHT = 3.0
 
 #: Marginal-likelihood evaluations assumed for one hyperparameter fit.
 FIT_EVALUATIONS = 100
@@ -134,6 +155,11 @@ class DeviceFacts:
 def posterior_cache_flops(n: int, m: int, d: int) -> float:
     r"""``F(m)``, the floating-point operations of the posterior caches (module)."""
     return 3.0 * n * m * d + 4.0 * n * m * m + 10.0 * m**3
+
+
+def exact_posterior_flops(n: int, d: int) -> float:
+    r"""``E(n)``, the operations of the exact posterior's caches (module)."""
+    return 3.0 * n * n * d + (1.0 + EXACT_INVERSE_WEIGHT) * float(n) ** 3 / 3.0
 
 
 def fit_flops(s: int) -> float:
@@ -197,6 +223,33 @@ def device_dictionary_cap(
         else:
             high = mid - 1
     return low
+
+
+def device_affords_exact(
+    facts: DeviceFacts, n: int, d: int, cap: int, memory_fraction: float = 0.5
+) -> bool:
+    r"""Whether the exact posterior of ``n`` points costs no more than the sketch
+    at the dictionary budget ``cap``: ``E(n) <= F(cap)`` and
+    ``MEMORY_BLOCKS n^2 itemsize <= memory_fraction * free_memory`` (module).
+
+    Args:
+        facts: The device's free memory and itemsize.
+        n: Number of training points.
+        d: Input dimension.
+        cap: The dictionary budget (``1 <= cap``).
+        memory_fraction: Fraction of the free memory the blocks may use.
+
+    Returns:
+        ``True`` if every point is affordable.
+    """
+    check_bool_free_int(n, "n", minimum=1)
+    check_bool_free_int(d, "d", minimum=1)
+    check_bool_free_int(cap, "cap", minimum=1)
+    memory = MEMORY_BLOCKS * float(n) * n * facts.itemsize
+    return (
+        exact_posterior_flops(n, d) <= posterior_cache_flops(n, min(cap, n), d)
+        and memory <= memory_fraction * facts.free_memory
+    )
 
 
 def device_fit_subset_size(

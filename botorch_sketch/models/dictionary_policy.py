@@ -29,7 +29,9 @@ sampling (Calandriello et al., COLT 2019, Sec. 3.1):
   leverage scores of the larger ridge ``ridge / s``.
 * The regime guard: ``n <= exact_max_n``, or a draw keeping at least
   ``EXACT_FRACTION`` of the points within the budget, uses every point (the
-  exact GP, at about the same cost).
+  exact GP, at about the same cost); so does a draw that the device budget
+  stopped short of the criterion when the exact posterior costs no more than the
+  sketch at the cap (:meth:`LeverageScorePolicy.exact_is_cheaper`).
 * Every random choice derives from ``seed`` (numbered draws, fixed per-row
   uniforms for coupled redraws).
 
@@ -49,7 +51,11 @@ from gpytorch.likelihoods import Likelihood
 from gpytorch.module import Module
 from torch import Tensor
 
-from botorch_sketch.models.budget import device_dictionary_cap, device_facts
+from botorch_sketch.models.budget import (
+    device_affords_exact,
+    device_dictionary_cap,
+    device_facts,
+)
 from botorch_sketch.models.nystrom_dictionary import (
     SketchDraw,
     dictionary_cap,
@@ -297,7 +303,40 @@ class LeverageScorePolicy(DictionaryPolicy):
                 )
         if draw is None:
             draw = self.fresh(model)
-        return every if keeps_most(draw.indices.numel(), n, cap) else draw
+        if keeps_most(draw.indices.numel(), n, cap) or self.exact_is_cheaper(draw, X):
+            return every
+        return draw
+
+    def exact_is_cheaper(self, draw: SketchDraw, X: Tensor) -> bool:
+        r"""Whether every point replaces a draw the device budget stopped short.
+
+        So it does when the budget is ``"device"`` (no memory budget), the budget
+        bound the draw, the draw misses ``residual_tolerance`` (or was not
+        checked: a redraw) and the exact posterior costs no more than the sketch
+        at the cap (:func:`~botorch_sketch.models.budget.device_affords_exact`).
+        """
+        if (
+            self.max_dictionary_size != DEVICE_BUDGET
+            or self.memory_budget_gb is not None
+            or not draw.capped
+            or draw.cap is None
+        ):
+            return False
+        tol, rho = self.residual_tolerance, draw.residual
+        if tol is not None and rho is not None and rho <= tol:
+            return False
+        n, d = X.shape[-2], X.shape[-1]
+        if not device_affords_exact(device_facts(X.device, X.dtype), n, d, draw.cap):
+            return False
+        logger.info(
+            "NystromGP dictionary: every point (the exact GP) instead of %d of %d "
+            "(the budget bound the draw; mean Nystrom residual %s noise "
+            "variances): its posterior costs no more than the capped sketch's.",
+            draw.indices.numel(),
+            n,
+            "unchecked" if rho is None else f"{rho:.3g}",
+        )
+        return True
 
     def warm_rows(self, model: SketchModel, state: SketchState) -> Tensor:
         r"""A warm start's dictionary among the model's rows (empty if absent)."""

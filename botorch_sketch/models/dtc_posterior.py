@@ -119,6 +119,13 @@ class DTCPosteriorMixin:
         model's data depend on the fantasy points, and qKG / qNIPV differentiate
         through them. The embedding map of the (data-independent) dictionary is
         always built without gradients (an eigendecomposition's are unstable).
+
+        With every training point in the dictionary (and no gradient through the
+        data) the predictor is the exact GP's (:func:`~botorch_sketch.linalg.
+        exact_predictor`, one Cholesky factor, ``O(n^3 / 3)``); the embedding map
+        and the DTC factor, which only some callers need (:meth:`dtc_parts`,
+        :meth:`sample_latent`, the leverage scores), are then built on first use
+        (:meth:`_factor_cache`).
         """
         current = [p.detach() for p in self.parameters()]  # compared, not copied
         if self._cache is not None and not all(
@@ -129,29 +136,54 @@ class DTCPosteriorMixin:
             key = tuple(p.clone() for p in current)
             X, Y = self._train_X, self._train_Y
             data_grad = torch.is_grad_enabled() and (X.requires_grad or Y.requires_grad)
-            if data_grad:
+            cache: dict[str, Any] = {"key": key, "W": None, "factor": None}
+            if not data_grad and self._uses_every_point():
                 with torch.no_grad():
-                    S, W = self._embedding()
-            with torch.set_grad_enabled(data_grad):
-                if not data_grad:
-                    S, W, Z = self._train_embedding()
-                else:
-                    Z = self._embed(X, S, W)
-                r = Y - self.mean_module(X)
-                factor = linalg.dtc_factor(Z, r, self._noise())
-                # The folded predictor's eigendecomposition has no stable
-                # gradient: keep the unfolded form when the data carry one.
-                predictor = (
-                    linalg.dtc_predictor(W, factor, fold=False) if data_grad else None
-                )
-            self._cache = {
-                "S": S,
-                "W": W,
-                "factor": factor,
-                "predictor": predictor,
-                "key": key,
-            }
+                    cache["S"] = X
+                    cache["predictor"] = linalg.exact_predictor(
+                        self.covar_module(X).to_dense(),
+                        Y - self.mean_module(X),
+                        self._noise(),
+                    )
+            else:
+                if data_grad:
+                    with torch.no_grad():
+                        S, W = self._embedding()
+                with torch.set_grad_enabled(data_grad):
+                    if not data_grad:
+                        S, W, Z = self._train_embedding()
+                    else:
+                        Z = self._embed(X, S, W)
+                    factor = linalg.dtc_factor(
+                        Z, Y - self.mean_module(X), self._noise()
+                    )
+                    # The folded predictor's eigendecomposition has no stable
+                    # gradient: keep the unfolded form when the data carry one.
+                    predictor = (
+                        linalg.dtc_predictor(W, factor, fold=False)
+                        if data_grad
+                        else None
+                    )
+                cache.update(S=S, W=W, factor=factor, predictor=predictor)
+            self._cache = cache
         return self._cache
+
+    def _uses_every_point(self) -> bool:
+        """Whether the dictionary is every training point (the exact GP)."""
+        return self.dictionary_indices.shape[-1] == self._train_X.shape[-2]
+
+    def _factor_cache(self) -> dict[str, Any]:
+        """:meth:`_posterior_cache` with the embedding map ``W`` and the
+        :class:`~botorch_sketch.linalg.DTCFactor` filled in (built here, without
+        gradients, when the exact predictor was built instead)."""
+        cache = self._posterior_cache()
+        if cache["factor"] is None:
+            with torch.no_grad():
+                S, W, Z = self._train_embedding()
+                X, Y = self._train_X, self._train_Y
+                factor = linalg.dtc_factor(Z, Y - self.mean_module(X), self._noise())
+            cache.update(S=S, W=W, factor=factor)
+        return cache
 
     def _predictor(self) -> linalg.DTCPredictor:
         cache = self._posterior_cache()
@@ -164,6 +196,12 @@ class DTCPosteriorMixin:
         first use (folded unless the training data carry gradients)."""
         return self._predictor()
 
+    def posterior_inducing_points(self) -> Tensor:
+        r"""The points the posterior's predictor (:meth:`dtc_predictor`) is
+        expressed on: ``|S| x d`` transformed inputs, the dictionary (every
+        training point for the exact predictor)."""
+        return self._posterior_cache()["S"]
+
     def dtc_parts(self) -> DTCParts:
         r"""The current DTC posterior's parts: dictionary points ``S``
         (``|S| x d``, transformed space), embedding map ``W`` (``|S| x r``) and the
@@ -173,7 +211,7 @@ class DTCPosteriorMixin:
         dictionary or the hyperparameters change, so ``parts.factor is old.factor``
         tells a caller that its derived caches are still valid.
         """
-        cache = self._posterior_cache()
+        cache = self._factor_cache()
         return DTCParts(cache["S"], cache["W"], cache["factor"])
 
     def __call__(self, X: Tensor, *args: Any, **kwargs: Any) -> MultivariateNormal:
@@ -200,7 +238,7 @@ class DTCPosteriorMixin:
         (:func:`~botorch_sketch.models.nystrom_posterior.dtc_covariance`).
         """
         predictor = self._predictor()
-        S = self._posterior_cache()["S"]
+        S = self.posterior_inducing_points()
         offset, P, N = linalg.dtc_features(
             predictor, self.covar_module(X, S).to_dense()
         )
@@ -215,7 +253,7 @@ class DTCPosteriorMixin:
         noise at the training points, its mean elsewhere).
         """
         if ridge is None:
-            cache = self._posterior_cache()
+            cache = self._factor_cache()
             S, W, factor = cache["S"], cache["W"], cache["factor"]
             # The training inputs' embedding is the memo's (no second n x r block).
             Z = (
@@ -318,7 +356,7 @@ class DTCPosteriorMixin:
             raise UnsupportedError("sample_latent supports unbatched models only.")
         validate_candidates(X, self.input_dim, num_samples)
         self.eval()
-        cache = self._posterior_cache()
+        cache = self._factor_cache()
         with torch.no_grad():
             samples = sample_dtc_latent(
                 self.transform_inputs(X.to(self._compute_dtype)),

@@ -4,6 +4,7 @@ the model honours them in every path (fit, resample, conditioning)."""
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import pytest
 import torch
@@ -13,14 +14,17 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 from botorch_sketch.models import NystromGP, budget, dictionary_policy, nystrom_fit
 from botorch_sketch.models.budget import (
     CPU_FLOP_RATE,
+    EXACT_INVERSE_WEIGHT,
     FIT_EFFICIENCY,
     FIT_EVALUATIONS,
     MEMORY_BLOCKS,
     MIN_FIT_SUBSET_SIZE,
     DeviceFacts,
+    device_affords_exact,
     device_dictionary_cap,
     device_facts,
     device_fit_subset_size,
+    exact_posterior_flops,
     fit_flops,
     measure_device_facts,
     posterior_cache_flops,
@@ -80,6 +84,30 @@ def test_memory_binds_and_small_data_use_every_point():
     assert device_dictionary_cap(GPU, 300, 6) == 300  # m <= n
     slow = DeviceFacts(flop_rate=1.0, free_memory=1.0)
     assert device_dictionary_cap(slow, 10_000, 6) == 1  # never below one point
+
+
+def test_exact_posterior_is_affordable_where_it_costs_no_more_than_the_cap():
+    n, d = 2_000, 6
+    assert exact_posterior_flops(n, d) == pytest.approx(
+        3 * n * n * d + (1 + EXACT_INVERSE_WEIGHT) * n**3 / 3
+    )
+    # One CPU (the modelled rate): the cap binds at n = 2,000 and 6,000; the
+    # exact posterior is cheaper than the capped sketch at 2,000, not at 6,000.
+    cpu = DeviceFacts(flop_rate=CPU_FLOP_RATE, free_memory=8 * 2**30)
+    for n, expected in ((2_000, True), (6_000, False)):
+        cap = device_dictionary_cap(cpu, n, d)
+        assert cap < n
+        assert device_affords_exact(cpu, n, d, cap) is expected
+        assert (exact_posterior_flops(n, d) <= posterior_cache_flops(n, cap, d)) is (
+            expected
+        )
+    # A GPU affords 16,000 points; memory rules it out where n x n blocks do not fit.
+    assert device_affords_exact(GPU, 16_000, d, device_dictionary_cap(GPU, 16_000, d))
+    small = DeviceFacts(flop_rate=GPU.flop_rate, free_memory=MEMORY_BLOCKS * 8 * 2e6)
+    assert not device_affords_exact(small, 2_000, d, 2_000)  # 2 x 4e6 x 8 B > 50 %
+    assert device_affords_exact(small, 1_000, d, 1_000)
+    with pytest.raises(ValueError, match="cap"):
+        device_affords_exact(cpu, 100, d, 0)
 
 
 def test_fit_subset_follows_the_flop_rate():
@@ -233,3 +261,42 @@ def test_explicit_budgets_override_the_device(slow_device):
     model = NystromGP(X, Y, seed=0, fit_subset_size=100)
     assert model.dictionary_report["fit_subset_size"] == 100
     assert not slow_device or all(dt == torch.float64 for _, dt in slow_device)
+
+
+def test_every_point_when_the_capped_sketch_misses_and_exact_costs_less(monkeypatch):
+    """The device budget stops the draw short of the accuracy criterion; the exact
+    posterior costs no more than the sketch at the cap, so every point is used
+    (the posterior is then the exact GP's). A user's fixed budget, a met
+    criterion or a device too slow for the exact posterior keep the sketch."""
+    X, Y = data(300)
+    rate = {"flops": 2e8}
+
+    def fake(device="cpu", dtype=torch.float64):
+        return DeviceFacts(rate["flops"], 2**40, 8)
+
+    monkeypatch.setattr(dictionary_policy, "device_facts", fake)
+    monkeypatch.setattr(nystrom_fit, "device_facts", fake)
+    cap = device_dictionary_cap(fake(), 300, 2)
+    assert cap < 300 and device_affords_exact(fake(), 300, 2, cap)
+    # A smooth function: a tight tolerance makes the capped draw miss it.
+    policy = LeverageScorePolicy(
+        seed=0, exact_max_n=0, q_bar=20.0, residual_tolerance=1e-9
+    )
+    model = NystromGP(X, Y, dictionary_policy=policy).eval()
+    assert model.dictionary_size == 300 and not model.dictionary_capped
+    assert model._posterior_cache()["factor"] is None  # the exact predictor
+    twin = NystromGP(X, Y, dictionary="all").eval()
+    twin.load_state_dict(model.state_dict())
+    Xt = torch.rand(5, 2, dtype=torch.float64)
+    torch.testing.assert_close(
+        model.posterior(Xt).mean, twin.posterior(Xt).mean, atol=1e-10, rtol=0
+    )
+    for other in (
+        replace(policy, max_dictionary_size=cap),  # the user's budget
+        replace(policy, residual_tolerance=1e6),  # the criterion is met
+    ):
+        sketched = NystromGP(X, Y, dictionary_policy=other)
+        assert sketched.dictionary_size <= cap and sketched.dictionary_capped
+    rate["flops"] = 3e6  # the cap is a few tens: E(300) > F(cap)
+    slow = NystromGP(X, Y, dictionary_policy=policy)
+    assert slow.dictionary_size < 100 and slow.dictionary_capped

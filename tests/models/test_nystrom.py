@@ -21,6 +21,7 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 from gpytorch.settings import sgpr_diagonal_correction
 from linear_operator.operators import DenseLinearOperator
 
+from botorch_sketch import linalg
 from botorch_sketch.generation import EmbeddingThompsonSampling
 from botorch_sketch.models import NystromGP
 from botorch_sketch.models.nystrom_fit import (
@@ -69,6 +70,40 @@ class TestNystromGPExactness(BotorchTestCase):
                     atol=1e-8,
                     rtol=0,
                 )
+
+    def test_full_dictionary_parts_are_built_on_demand_and_agree(self):
+        # Every point: the posterior comes from one Cholesky factor (the exact
+        # predictor); the DTC parts (embedding map, factor) are built only when a
+        # caller asks for them, and their predictor gives the same posterior.
+        X, Y = make_data(n=40)
+        model = NystromGP(X, Y, dictionary="all").eval()
+        Xt = torch.rand(6, 2, dtype=DT)
+        p = model.posterior(Xt)
+        cache = model._posterior_cache()
+        self.assertIsNone(cache["factor"])
+        self.assertEqual(cache["predictor"].num_explained, 40)
+        S, W, factor = model.dtc_parts()
+        self.assertIs(model.dtc_parts().factor, factor)  # built once
+        dtc = linalg.dtc_predictor(W, factor)
+        K_XS = model.covar_module(model.transform_inputs(Xt), S).to_dense()
+        mean, cov = linalg.dtc_predict(
+            dtc, K_XS, model.covar_module(model.transform_inputs(Xt)).to_dense()
+        )
+        scale = model.outcome_transform.stdvs.squeeze()
+        self.assertAllClose(
+            p.mean.squeeze(-1),
+            model.outcome_transform.means.squeeze()
+            + scale * (mean + model.mean_module.constant),
+            atol=1e-7,
+            rtol=0,
+        )
+        self.assertAllClose(
+            p.distribution.covariance_matrix, scale**2 * cov, atol=1e-7, rtol=0
+        )
+        # A dictionary of some points keeps the DTC route.
+        some = NystromGP(X, Y, dictionary=torch.arange(0, 40, 2)).eval()
+        some.posterior(Xt)
+        self.assertIsNotNone(some._posterior_cache()["factor"])
 
     def test_full_dictionary_loss_is_exact_mll_per_output(self):
         # With every point in the dictionary the DTC marginal likelihood is the
