@@ -102,6 +102,7 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("benchmarks/bench_discrete_repeats.py", ()),
     # Issue 25: the model and engine rows on this machine's device.
     ("benchmarks/bench_gpu.py", ()),
+    ("benchmarks/bench_exact_posterior.py", ()),
     # Issue 27: k workers on a local Ray (needs the `ray` extra).
     ("benchmarks/bench_ray_workers.py", ()),
     ("benchmarks/bench_learning.py", ()),

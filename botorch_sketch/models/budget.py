@@ -107,8 +107,8 @@ SECONDS_PER_POINT = 1.5e-4
 REFERENCE_POINTS = 4000
 
 #: Weight of the triangular inverse's ``n^3 / 3`` operations in ``E(n)``: it runs
-#: at about a third of the matrix-product rate (one CPU thread: 24 against 90
-#: GFLOP/s at n = 4,000; ``benchmarks/results/exact_posterior.md``).
+#: at about a third of the matrix-product rate on a CPU thread
+#: (``benchmarks/results/exact_posterior.md``).
 EXACT_INVERSE_WEIGHT = 3.0
 
 #: Marginal-likelihood evaluations assumed for one hyperparameter fit.
