@@ -46,6 +46,7 @@ __all__ = [
     "bless",
     "bless_dictionary",
     "budget_scale",
+    "cholesky_embedding_map",
     "cholesky_features",
     "cholesky_rank_one_update",
     "dtc_covariance",
@@ -61,6 +62,7 @@ __all__ = [
     "exact_log_marginal_likelihood",
     "exact_predictor",
     "hallucinate_point",
+    "jittered_cholesky",
     "nystrom_embedding_map",
     "rls_inclusion_probabilities",
     "ROW_CHUNK",
@@ -172,17 +174,71 @@ def cholesky_features(K_XS: Tensor, K_S: Tensor, jitter: float = 1e-8) -> Tensor
     Returns:
         A ``batch_shape x n x m`` tensor.
     """
-    m = K_S.shape[-1]
-    scale = K_S.diagonal(dim1=-2, dim2=-1).mean(-1, keepdim=True).unsqueeze(-1)
-    eye = _eye_like(K_S, m)
-    for _ in range(5):
-        L, info = torch.linalg.cholesky_ex(K_S + jitter * scale * eye)
+    L = jittered_cholesky(K_S, 10.0 * jitter, first=jitter)
+    return torch.linalg.solve_triangular(L, K_XS.mT, upper=False).mT
+
+
+def jittered_cholesky(
+    K: Tensor, jitter: float = 1e-8, first: float = 0.0, name: str = "K_S"
+) -> Tensor:
+    r"""Lower Cholesky factor of ``K + j s I`` (``s`` the mean diagonal).
+
+    ``j = first`` at the first try, then ``jitter``, increased tenfold at each
+    failure (five tries with jitter in all).
+
+    Args:
+        K: ``batch_shape x m x m`` symmetric matrix.
+        jitter: Relative jitter of the first retry.
+        first: Relative jitter of the first try (``0``: none).
+        name: How an error names ``K``.
+
+    Returns:
+        The ``batch_shape x m x m`` factor.
+
+    Raises:
+        torch.linalg.LinAlgError: If ``K`` is not positive definite even with
+            the largest jitter.
+    """
+    m = K.shape[-1]
+    scale = K.diagonal(dim1=-2, dim2=-1).mean(-1, keepdim=True).unsqueeze(-1)
+    eye = _eye_like(K, m)
+    L, info = torch.linalg.cholesky_ex(K + first * scale * eye if first else K)
+    for _ in range(5 if info.any() else 0):
+        L, info = torch.linalg.cholesky_ex(K + jitter * scale * eye)
         if not info.any():
             break
         jitter *= 10.0
-    else:
-        raise torch.linalg.LinAlgError("K_S is not positive definite even with jitter.")
-    return torch.linalg.solve_triangular(L, K_XS.mT, upper=False).mT
+    if info.any():
+        raise torch.linalg.LinAlgError(
+            f"{name} is not positive definite even with jitter."
+        )
+    return L
+
+
+def cholesky_embedding_map(K_S: Tensor, jitter: float = 1e-8) -> Tensor:
+    r"""Embedding map ``W = L_S^{-T}`` of a jittered Cholesky ``L_S L_S^T = K_S +
+    eps I`` (:func:`jittered_cholesky`, ``eps`` = ``jitter`` times the mean
+    diagonal, raised tenfold while the factorisation fails, as
+    :func:`cholesky_features`).
+
+    ``z(x) = W^T k_S(x) = L_S^{-1} k_S(x)``: the Nyström embedding of
+    :func:`nystrom_embedding_map` up to the jitter and a rotation, in
+    ``O(2 m^3 / 3)`` (a factor and a triangular inverse) instead of an
+    eigendecomposition's ``O(10 m^3)``. For a dictionary whose ``K_S`` is well
+    conditioned, e.g. every training point of a model (the noise keeps the
+    posterior well posed whatever the jitter); a singular dictionary of
+    duplicated points needs the pseudo-inverse of :func:`nystrom_embedding_map`.
+
+    Args:
+        K_S: ``batch_shape x m x m`` dictionary covariance.
+        jitter: Initial relative jitter.
+
+    Returns:
+        A ``batch_shape x m x m`` tensor ``W``.
+    """
+    L = jittered_cholesky(K_S, 10.0 * jitter, first=jitter)
+    eye = _eye_like(K_S, K_S.shape[-1]).expand_as(L)
+    return torch.linalg.solve_triangular(L, eye, upper=False).mT
 
 
 def embedding_residual(kdiag: Tensor, Z: Tensor) -> Tensor:
@@ -420,8 +476,8 @@ def exact_predictor(
     the eigendecomposition route (:func:`nystrom_embedding_map`, ``Z = K W``,
     :func:`dtc_factor`, :func:`dtc_explained_basis`) costs about ``14 n^3``.
     ``C`` is positive definite (``N > 0``); if its factorisation fails in
-    floating point, a jitter relative to the mean diagonal is added, as
-    :func:`cholesky_features` does.
+    floating point, a jitter relative to the mean diagonal is added
+    (:func:`jittered_cholesky`).
 
     Args:
         K: ``batch_shape x n x n`` prior covariance of the training inputs.
@@ -439,17 +495,7 @@ def exact_predictor(
         raise ValueError(f"K must be square, got shape {tuple(K.shape)}.")
     eye = _eye_like(K, n)
     C = K + noise.expand(*noise.shape[:-1], n).unsqueeze(-1) * eye
-    scale = C.diagonal(dim1=-2, dim2=-1).mean(-1, keepdim=True).unsqueeze(-1)
-    L, info = torch.linalg.cholesky_ex(C)
-    for _ in range(5):
-        if not info.any():
-            break
-        L, info = torch.linalg.cholesky_ex(C + jitter * scale * eye)
-        jitter *= 10.0
-    if info.any():
-        raise torch.linalg.LinAlgError(
-            "K + noise is not positive definite even with jitter."
-        )
+    L = jittered_cholesky(C, jitter, name="K + noise")
     a = torch.cholesky_solve(residual_y.unsqueeze(-1), L)
     P = torch.linalg.solve_triangular(L, eye.expand_as(L), upper=False).mT
     return DTCPredictor(basis=torch.cat([a, P], dim=-1), num_explained=n)

@@ -67,6 +67,27 @@ def test_embedding_map_batched_zero_pads_and_empty():
         linalg.nystrom_embedding_map(torch.zeros(2, 3, dtype=DT))
 
 
+def test_cholesky_embedding_map_and_jittered_cholesky(data):
+    X, _, Xs = data
+    K = rbf(X, X)
+    W = linalg.cholesky_embedding_map(K)
+    assert W.shape == (40, 40)
+    # The Nystrom inner products of every point: the kernel itself (S = X).
+    Z, Zs = K @ W, rbf(Xs, X) @ W
+    torch.testing.assert_close(Zs @ Z.mT, rbf(Xs, X), atol=1e-6, rtol=0)
+    Ep = embed(Xs, X)  # the pseudo-inverse route, Q(x, x') at the test points
+    # Up to the jitter (1e-8 of the diagonal, amplified by the conditioning).
+    torch.testing.assert_close(Zs @ Zs.mT, Ep @ Ep.mT, atol=1e-5, rtol=0)
+    # Duplicated rows (singular K): a jitter makes the factor exist.
+    Kd = rbf(torch.cat([X, X[:3]]), torch.cat([X, X[:3]]))
+    L = linalg.jittered_cholesky(Kd, 1e-8)
+    torch.testing.assert_close(L @ L.mT, Kd, atol=1e-6, rtol=0)
+    batched = linalg.cholesky_embedding_map(torch.stack([K, 2 * K]))
+    torch.testing.assert_close(batched[0], W)
+    with pytest.raises(torch.linalg.LinAlgError, match="K_S is not positive"):
+        linalg.jittered_cholesky(-torch.eye(3, dtype=DT))
+
+
 def test_cholesky_features_match_pinv_embedding(data):
     X, _, _ = data
     S = X[:10]

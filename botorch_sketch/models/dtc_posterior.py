@@ -72,10 +72,16 @@ class DTCPosteriorMixin:
         return self.likelihood.noise.expand(self._train_Y.shape)
 
     def _embedding(self) -> tuple[Tensor, Tensor]:
-        """Inducing points and the map ``W`` with ``z(x) = W^T k_S(x)``."""
+        """Inducing points and the map ``W`` with ``z(x) = W^T k_S(x)``: the
+        pseudo-inverse square root of ``K_S``, or, with every training point in
+        the dictionary, a jittered Cholesky factor's inverse
+        (:func:`~botorch_sketch.linalg.cholesky_embedding_map`, a fifth of the
+        cost)."""
         S = self.inducing_points
-        W = linalg.nystrom_embedding_map(self.covar_module(S).to_dense())
-        return S, W
+        K_S = self.covar_module(S).to_dense()
+        if self._uses_every_point():
+            return S, linalg.cholesky_embedding_map(K_S)
+        return S, linalg.nystrom_embedding_map(K_S)
 
     def _embed(self, X: Tensor, S: Tensor, W: Tensor) -> Tensor:
         r"""``z(X) = k(X, S) W``, ``batch_shape x n x r``, the ``n x |S|`` kernel

@@ -94,11 +94,11 @@ class TestNystromGPExactness(BotorchTestCase):
             p.mean.squeeze(-1),
             model.outcome_transform.means.squeeze()
             + scale * (mean + model.mean_module.constant),
-            atol=1e-7,
+            atol=1e-5,  # the parts' embedding map is a jittered Cholesky factor's
             rtol=0,
         )
         self.assertAllClose(
-            p.distribution.covariance_matrix, scale**2 * cov, atol=1e-7, rtol=0
+            p.distribution.covariance_matrix, scale**2 * cov, atol=1e-5, rtol=0
         )
         # A dictionary of some points keeps the DTC route.
         some = NystromGP(X, Y, dictionary=torch.arange(0, 40, 2)).eval()
