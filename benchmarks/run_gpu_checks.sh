@@ -3,10 +3,12 @@
 # the CUDA unit test, the smoke checks of every model on the device, the BBKB
 # engine on cuda and on one CPU thread of the same machine, the model rows of
 # bench_gpu.py (16,000 points with SingleTaskGP; 50,000 and 10^6 points with the
-# defaults), then a short tiled 10^6-row engine run: about 8 minutes on an H100.
+# defaults), the exact posterior where the budget may choose it (bench_exact_posterior.py,
+# 16,000 points, defaults and dictionary="all", and the rates of its steps), then a
+# short tiled 10^6-row engine run: about 9 minutes on an H100.
 # Each group has its own time limit, so one that hangs or fails does not cost the
 # others; rows are written as they finish. MODEL_CELLS / MODEL_METHODS /
-# LARGE_CELLS / TILED_T and the *_LIMIT variables change the groups; ENGINE=0
+# LARGE_CELLS / EXACT_CELLS / TILED_T and the *_LIMIT variables change the groups; ENGINE=0
 # leaves out the three BBKB engine groups.
 #
 #   OUT=/some/dir bash benchmarks/run_gpu_checks.sh
@@ -28,6 +30,8 @@ step ${MODEL_LIMIT:-240} python3 $B --device cuda --methods "${MODEL_METHODS:-ex
   --cells "${MODEL_CELLS:-cadata:16000,synthetic:16000}" --out "$OUT/models_cuda"
 step ${LARGE_LIMIT:-90} python3 $B --device cuda --methods nystrom \
   --cells "${LARGE_CELLS:-synthetic:50000,synthetic:1000000}" --out "$OUT/models_large_cuda"
+step ${EXACT_LIMIT:-90} python3 benchmarks/bench_exact_posterior.py --device cuda \
+  --cells "${EXACT_CELLS:-synthetic:16000}" --methods default,all --out "$OUT/exact_cuda"
 if [ "${ENGINE:-1}" = 1 ]; then
   step ${TILED_LIMIT:-45} python3 $B --device cuda --methods none --tiled-rows 1000000 \
     --tiled-T "${TILED_T:-300}" --out "$OUT/tiled_cuda"
