@@ -68,6 +68,7 @@ __all__ = [
     "ROW_CHUNK",
     "map_row_chunks",
     "rls_units",
+    "row_chunks",
     "sample_dictionary",
     "variance_downdate",
     "whiten",
@@ -84,8 +85,13 @@ def _eye_like(x: Tensor, n: int) -> Tensor:
     return torch.eye(n, dtype=x.dtype, device=x.device)
 
 
+def row_chunks(n: int, size: int) -> list[tuple[int, int]]:
+    """``(lo, hi)`` bounds of the consecutive chunks of ``size`` rows of ``n``."""
+    return [(lo, min(lo + size, n)) for lo in range(0, n, size)]
+
+
 def _row_slices(n: int, chunk_size: int) -> list[slice]:
-    return [slice(lo, min(lo + chunk_size, n)) for lo in range(0, n, chunk_size)]
+    return [slice(lo, hi) for lo, hi in row_chunks(n, chunk_size)]
 
 
 def map_row_chunks(

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from botorch_sketch.bbkb.dense_kernel import DenseKernel
+from botorch_sketch.linalg import row_chunks
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -30,11 +31,6 @@ __all__ = [
 
 #: Rows of the arm set embedded at once (``chunk x m`` kernel blocks).
 DEFAULT_CHUNK_SIZE = 65_536
-
-
-def row_chunks(n: int, size: int) -> list[tuple[int, int]]:
-    """``(lo, hi)`` bounds of the consecutive chunks of ``size`` rows of ``n``."""
-    return [(lo, min(lo + size, n)) for lo in range(0, n, size)]
 
 
 def symmetrize(A: Tensor) -> Tensor:
