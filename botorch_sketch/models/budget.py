@@ -70,6 +70,7 @@ from botorch_sketch.models.validation import check_bool_free_int
 __all__ = [
     "BASE_SECONDS",
     "CPU_FLOP_RATE",
+    "EXACT_INVERSE_WEIGHT",
     "FIT_EFFICIENCY",
     "FIT_EVALUATIONS",
     "FIT_SECONDS",
@@ -77,7 +78,6 @@ __all__ = [
     "MIN_FIT_SUBSET_SIZE",
     "REFERENCE_POINTS",
     "SECONDS_PER_POINT",
-    "EXACT_INVERSE_WEIGHT",
     "DeviceFacts",
     "device_affords_exact",
     "device_dictionary_cap",
