@@ -190,11 +190,11 @@ def jittered_cholesky(
     r"""Lower Cholesky factor of ``K + j s I`` (``s`` the mean diagonal).
 
     ``j = first`` at the first try, then ``jitter``, increased tenfold at each
-    failure (five tries with jitter in all).
+    failure: five tries in all.
 
     Args:
         K: ``batch_shape x m x m`` symmetric matrix.
-        jitter: Relative jitter of the first retry.
+        jitter: Relative jitter of the second try.
         first: Relative jitter of the first try (``0``: none).
         name: How an error names ``K``.
 
@@ -205,20 +205,13 @@ def jittered_cholesky(
         torch.linalg.LinAlgError: If ``K`` is not positive definite even with
             the largest jitter.
     """
-    m = K.shape[-1]
     scale = K.diagonal(dim1=-2, dim2=-1).mean(-1, keepdim=True).unsqueeze(-1)
-    eye = _eye_like(K, m)
-    L, info = torch.linalg.cholesky_ex(K + first * scale * eye if first else K)
-    for _ in range(5 if info.any() else 0):
-        L, info = torch.linalg.cholesky_ex(K + jitter * scale * eye)
+    eye = _eye_like(K, K.shape[-1])
+    for j in (first, *(jitter * 10.0**k for k in range(4))):
+        L, info = torch.linalg.cholesky_ex(K + j * scale * eye if j else K)
         if not info.any():
-            break
-        jitter *= 10.0
-    if info.any():
-        raise torch.linalg.LinAlgError(
-            f"{name} is not positive definite even with jitter."
-        )
-    return L
+            return L
+    raise torch.linalg.LinAlgError(f"{name} is not positive definite even with jitter.")
 
 
 def cholesky_embedding_map(K_S: Tensor, jitter: float = 1e-8) -> Tensor:
@@ -489,8 +482,8 @@ def exact_predictor(
         K: ``batch_shape x n x n`` prior covariance of the training inputs.
         residual_y: ``batch_shape x n`` centred targets ``y - m(X)``.
         noise: ``batch_shape x n`` (or broadcastable) noise variances, ``> 0``.
-        jitter: Initial relative jitter, used only if the factorisation fails
-            (then tenfold, at most five times).
+        jitter: Relative jitter used only if the factorisation fails, then
+            raised tenfold (five tries in all, :func:`jittered_cholesky`).
 
     Returns:
         The folded :class:`DTCPredictor` ``[a | L^{-T}]`` (``batch_shape x n x

@@ -138,7 +138,9 @@ class _FrozenCache(NamedTuple):
     Without dictionary-hallucinated points it is the model's folded predictor:
     ``p(x) = B^T k_S(x)`` with ``B B^T = W (I - A^{-1}) W^T``
     (:func:`~botorch_sketch.linalg.dtc_explained_basis`), ``n`` empty,
-    ``m x (1 + r)``. With them, ``p(x) = z(x)`` and ``n(x) = L_t^{-1} z(x)``:
+    ``m x (1 + r)``; with every training point in the dictionary, the exact GP's
+    ``p(x) = L^{-1} k_X(x)`` (:func:`~botorch_sketch.linalg.exact_predictor`,
+    ``n x (1 + n)``). With them, ``p(x) = z(x)`` and ``n(x) = L_t^{-1} z(x)``:
     ``m x (1 + 2r)``.
 
     Attributes:
@@ -162,7 +164,7 @@ class _FrozenCache(NamedTuple):
     source: Any
     X_pending: Tensor | None
     S: Tensor
-    W: Tensor
+    W: Tensor | None
     start: linalg.DTCPredictor
     predictor: linalg.DTCPredictor
     chol: Tensor | None
@@ -581,7 +583,8 @@ def _build_cache(
     r"""Build (or extend by ``new_rows``) the frozen cache.
 
     At the batch start the model's folded predictor gives ``a`` and ``B``
-    (``O(r^3 + m r^2)`` once per model state), then
+    (``O(r^3 + m r^2)`` once per model state; the dictionary hallucination also
+    reads the model's embedding map and DTC factor), then
     ``O(p r^2 + m r^2)`` per extension under the dictionary hallucination, or
     ``O(p m (d + r) + p^2 (p + r))`` under the full one.
     """

@@ -128,10 +128,11 @@ class DTCPosteriorMixin:
 
         With every training point in the dictionary (and no gradient through the
         data) the predictor is the exact GP's (:func:`~botorch_sketch.linalg.
-        exact_predictor`, one Cholesky factor, ``O(n^3 / 3)``); the embedding map
-        and the DTC factor, which only some callers need (:meth:`dtc_parts`,
-        :meth:`sample_latent`, the leverage scores), are then built on first use
-        (:meth:`_factor_cache`).
+        exact_predictor`, one Cholesky factor, ``O(n^3 / 3)``). Without gradients
+        the embedding map and the DTC factor are built on first use
+        (:meth:`_factor_cache`): by the predictor of a dictionary of some points,
+        and, with every point, only for the callers that need them
+        (:meth:`dtc_parts`, :meth:`sample_latent`, the leverage scores).
         """
         current = [p.detach() for p in self.parameters()]  # compared, not copied
         if self._cache is not None and not all(
@@ -142,8 +143,18 @@ class DTCPosteriorMixin:
             key = tuple(p.clone() for p in current)
             X, Y = self._train_X, self._train_Y
             data_grad = torch.is_grad_enabled() and (X.requires_grad or Y.requires_grad)
-            cache: dict[str, Any] = {"key": key, "W": None, "factor": None}
-            if not data_grad and self._uses_every_point():
+            cache: dict[str, Any] = dict.fromkeys(("S", "W", "factor", "predictor"))
+            cache["key"] = key
+            if data_grad:
+                with torch.no_grad():
+                    S, W = self._embedding()
+                Z = self._embed(X, S, W)
+                factor = linalg.dtc_factor(Z, Y - self.mean_module(X), self._noise())
+                # The folded predictor's eigendecomposition has no stable
+                # gradient: keep the unfolded form when the data carry one.
+                predictor = linalg.dtc_predictor(W, factor, fold=False)
+                cache.update(S=S, W=W, factor=factor, predictor=predictor)
+            elif self._uses_every_point():
                 with torch.no_grad():
                     cache["S"] = X
                     cache["predictor"] = linalg.exact_predictor(
@@ -151,26 +162,6 @@ class DTCPosteriorMixin:
                         Y - self.mean_module(X),
                         self._noise(),
                     )
-            else:
-                if data_grad:
-                    with torch.no_grad():
-                        S, W = self._embedding()
-                with torch.set_grad_enabled(data_grad):
-                    if not data_grad:
-                        S, W, Z = self._train_embedding()
-                    else:
-                        Z = self._embed(X, S, W)
-                    factor = linalg.dtc_factor(
-                        Z, Y - self.mean_module(X), self._noise()
-                    )
-                    # The folded predictor's eigendecomposition has no stable
-                    # gradient: keep the unfolded form when the data carry one.
-                    predictor = (
-                        linalg.dtc_predictor(W, factor, fold=False)
-                        if data_grad
-                        else None
-                    )
-                cache.update(S=S, W=W, factor=factor, predictor=predictor)
             self._cache = cache
         return self._cache
 
@@ -179,9 +170,9 @@ class DTCPosteriorMixin:
         return self.dictionary_indices.shape[-1] == self._train_X.shape[-2]
 
     def _factor_cache(self) -> dict[str, Any]:
-        """:meth:`_posterior_cache` with the embedding map ``W`` and the
-        :class:`~botorch_sketch.linalg.DTCFactor` filled in (built here, without
-        gradients, when the exact predictor was built instead)."""
+        """:meth:`_posterior_cache` with the dictionary ``S``, the embedding map
+        ``W`` and the :class:`~botorch_sketch.linalg.DTCFactor` filled in (built
+        here, without gradients, on first use)."""
         cache = self._posterior_cache()
         if cache["factor"] is None:
             with torch.no_grad():
@@ -194,6 +185,7 @@ class DTCPosteriorMixin:
     def _predictor(self) -> linalg.DTCPredictor:
         cache = self._posterior_cache()
         if cache["predictor"] is None:
+            cache = self._factor_cache()
             cache["predictor"] = linalg.dtc_predictor(cache["W"], cache["factor"])
         return cache["predictor"]
 
@@ -206,6 +198,7 @@ class DTCPosteriorMixin:
         r"""The points the posterior's predictor (:meth:`dtc_predictor`) is
         expressed on: ``|S| x d`` transformed inputs, the dictionary (every
         training point for the exact predictor)."""
+        self._predictor()
         return self._posterior_cache()["S"]
 
     def dtc_parts(self) -> DTCParts:
