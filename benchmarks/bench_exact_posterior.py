@@ -15,8 +15,11 @@ Nystrom residual, CPU seconds (``time.process_time``, one torch thread) of the
 fit and of the prediction (the posterior caches plus the 2,000 test points'
 variances), the test NLL with observation noise (``bench_gpu.nll``), and the
 posterior-cache build alone (``cache_s``: the first ``posterior`` call at one
-point after the fit). Data as ``bench_nystrom.load_data``: low-noise Hartmann6
-(``synthetic``, noise sd 0.05) and standardized Cadata.
+point after the fit) and, on cuda, its peak memory above the fitted model's in
+``n x n`` float64 blocks (``cache_peak_blocks``; the budget assumes
+``EXACT_MEMORY_BLOCKS`` for the exact posterior). Data as
+``bench_nystrom.load_data``: low-noise Hartmann6 (``synthetic``, noise sd 0.05)
+and standardized Cadata.
 
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/bench_exact_posterior.py \
         --cells synthetic:2000,synthetic:4000,cadata:4000 [--device cuda]
@@ -74,9 +77,21 @@ def row(dataset: str, n: int, method: str, args: argparse.Namespace) -> dict:
         fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
         fit_s = time.process_time() - start
         model.eval()
+        cuda = device.type == "cuda"
+        if cuda:
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            before = torch.cuda.memory_allocated(device)
         t = time.process_time()
         model.posterior(data["test_X"][:1])
         cache_s = time.process_time() - t
+        # The cache build's peak memory above what the fitted model held, in
+        # n x n blocks (budget.EXACT_MEMORY_BLOCKS counts the exact posterior's).
+        peak_blocks = (
+            round((torch.cuda.max_memory_allocated(device) - before) / (8 * n * n), 2)
+            if cuda
+            else None
+        )
         t = time.process_time()
         chunk = 500 if method == "exact" else 100000
         score = nll(model, data["test_X"], data["test_y"], chunk)
@@ -92,6 +107,7 @@ def row(dataset: str, n: int, method: str, args: argparse.Namespace) -> dict:
         "residual": report.get("residual"),
         "fit_cpu_s": round(fit_s, 3),
         "cache_cpu_s": round(cache_s, 3),
+        "cache_peak_blocks": peak_blocks,
         "predict_cpu_s": round(predict_s, 3),
         "total_cpu_s": round(fit_s + cache_s + predict_s, 3),
         "nll": round(score, 4),
@@ -136,6 +152,7 @@ def report(rows: list[dict], path: Path, rate_rows: list[dict]) -> None:
         "residual",
         "fit_cpu_s",
         "cache_cpu_s",
+        "cache_peak_blocks",
         "predict_cpu_s",
         "total_cpu_s",
         "nll",

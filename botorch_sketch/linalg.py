@@ -85,6 +85,13 @@ def _eye_like(x: Tensor, n: int) -> Tensor:
     return torch.eye(n, dtype=x.dtype, device=x.device)
 
 
+def _add_to_diagonal(K: Tensor, values: Tensor) -> Tensor:
+    """``K + diag(values)`` as a new tensor, without an ``n x n`` identity."""
+    out = K.clone()
+    out.diagonal(dim1=-2, dim2=-1).add_(values)
+    return out
+
+
 def row_chunks(n: int, size: int) -> list[tuple[int, int]]:
     """``(lo, hi)`` bounds of the consecutive chunks of ``size`` rows of ``n``."""
     return [(lo, min(lo + size, n)) for lo in range(0, n, size)]
@@ -205,10 +212,9 @@ def jittered_cholesky(
         torch.linalg.LinAlgError: If ``K`` is not positive definite even with
             the largest jitter.
     """
-    scale = K.diagonal(dim1=-2, dim2=-1).mean(-1, keepdim=True).unsqueeze(-1)
-    eye = _eye_like(K, K.shape[-1])
+    scale = K.diagonal(dim1=-2, dim2=-1).mean(-1, keepdim=True)
     for j in (first, *(jitter * 10.0**k for k in range(4))):
-        L, info = torch.linalg.cholesky_ex(K + j * scale * eye if j else K)
+        L, info = torch.linalg.cholesky_ex(_add_to_diagonal(K, j * scale) if j else K)
         if not info.any():
             return L
     raise torch.linalg.LinAlgError(f"{name} is not positive definite even with jitter.")
@@ -492,12 +498,17 @@ def exact_predictor(
     n = K.shape[-1]
     if K.shape[-2] != n:
         raise ValueError(f"K must be square, got shape {tuple(K.shape)}.")
-    eye = _eye_like(K, n)
-    C = K + noise.expand(*noise.shape[:-1], n).unsqueeze(-1) * eye
+    # Peak memory: K, L, the basis and L^{-1}, four n x n blocks (no identity:
+    # the basis's last n columns hold it for the triangular solve).
+    C = _add_to_diagonal(K, noise.expand(*noise.shape[:-1], n))
     L = jittered_cholesky(C, jitter, name="K + noise")
-    a = torch.cholesky_solve(residual_y.unsqueeze(-1), L)
-    P = torch.linalg.solve_triangular(L, eye.expand_as(L), upper=False).mT
-    return DTCPredictor(basis=torch.cat([a, P], dim=-1), num_explained=n)
+    del C
+    basis = torch.zeros(*L.shape[:-1], 1 + n, dtype=L.dtype, device=L.device)
+    basis[..., 0:1] = torch.cholesky_solve(residual_y.unsqueeze(-1), L)
+    inverse = basis[..., 1:]
+    inverse.diagonal(dim1=-2, dim2=-1).fill_(1.0)
+    inverse.copy_(torch.linalg.solve_triangular(L, inverse, upper=False).mT)
+    return DTCPredictor(basis=basis, num_explained=n)
 
 
 def dtc_explained_basis(W: Tensor, factor: DTCFactor) -> Tensor:

@@ -37,7 +37,10 @@ the triangular inverse weighted by the matrix-product rate it falls short of.
 Where the budget binds and the capped sketch misses its accuracy criterion,
 the default policy uses every point if ``E(n) <= F(cap)`` and the ``n x n``
 blocks fit the memory rule (:func:`device_affords_exact`): the exact GP at no
-more than the cost of the sketch the budget allows.
+more than the cost of the sketch the budget allows. Only the caches are
+compared: the exact predictor then costs ``O(n^2)`` per test point against the
+sketch's ``O(m^2)``, which an acquisition function's thousands of evaluations
+pay (``benchmarks/results/exact_posterior_ax.md``).
 
 The hyperparameter fit on a subsample of ``s`` points evaluates the exact
 marginal likelihood about ``FIT_EVALUATIONS`` times, each a Cholesky factor and
@@ -71,6 +74,7 @@ __all__ = [
     "BASE_SECONDS",
     "CPU_FLOP_RATE",
     "EXACT_INVERSE_WEIGHT",
+    "EXACT_MEMORY_BLOCKS",
     "FIT_EFFICIENCY",
     "FIT_EVALUATIONS",
     "FIT_SECONDS",
@@ -92,6 +96,11 @@ __all__ = [
 
 #: ``n x m`` blocks held at once by a fit (module docstring).
 MEMORY_BLOCKS = 2
+
+#: ``n x n`` blocks held at once while the exact posterior is built: the prior
+#: covariance, its Cholesky factor, the triangular inverse and the folded basis
+#: (:func:`~botorch_sketch.linalg.exact_predictor`).
+EXACT_MEMORY_BLOCKS = 4
 
 #: Nominal float64 matrix-product rate of one CPU core, operations per second
 #: (the modelled CPU flop rate).
@@ -230,7 +239,8 @@ def device_affords_exact(
 ) -> bool:
     r"""Whether the exact posterior of ``n`` points costs no more than the sketch
     at the dictionary budget ``cap``: ``E(n) <= F(cap)`` and
-    ``MEMORY_BLOCKS n^2 itemsize <= memory_fraction * free_memory`` (module).
+    ``EXACT_MEMORY_BLOCKS n^2 itemsize <= memory_fraction * free_memory``
+    (module).
 
     Args:
         facts: The device's free memory and itemsize.
@@ -245,7 +255,7 @@ def device_affords_exact(
     check_bool_free_int(n, "n", minimum=1)
     check_bool_free_int(d, "d", minimum=1)
     check_bool_free_int(cap, "cap", minimum=1)
-    memory = MEMORY_BLOCKS * float(n) * n * facts.itemsize
+    memory = EXACT_MEMORY_BLOCKS * float(n) * n * facts.itemsize
     return (
         exact_posterior_flops(n, d) <= posterior_cache_flops(n, min(cap, n), d)
         and memory <= memory_fraction * facts.free_memory

@@ -285,8 +285,10 @@ class LeverageScorePolicy(DictionaryPolicy):
         n = model.num_training_points
         cap = self.cap_for(X)
         every = SketchDraw(torch.arange(n, device=X.device), None, False, cap=cap)
-        if uses_every_point("all" if every_point else "auto", n, self.exact_max_n, cap):
-            return every
+        if every_point:
+            return every._replace(reason="dictionary='all'")
+        if uses_every_point("auto", n, self.exact_max_n, cap):
+            return every._replace(reason=f"n <= exact_max_n = {self.exact_max_n}")
         draw = None
         if model.warm_start is not None:
             previous = self.warm_rows(model, model.warm_start)
@@ -303,8 +305,15 @@ class LeverageScorePolicy(DictionaryPolicy):
                 )
         if draw is None:
             draw = self.fresh(model)
-        if keeps_most(draw.indices.numel(), n, cap) or self.exact_is_cheaper(draw, X):
-            return every
+        if keeps_most(draw.indices.numel(), n, cap):
+            return every._replace(reason="the draw kept most points")
+        if self.exact_is_cheaper(draw, X):
+            rho = "unchecked" if draw.residual is None else f"{draw.residual:.3g}"
+            return every._replace(
+                reason=f"the capped sketch's mean Nystrom residual ({rho} noise "
+                "variances) misses residual_tolerance; the exact posterior costs no "
+                "more than the sketch at the cap"
+            )
         return draw
 
     def exact_is_cheaper(self, draw: SketchDraw, X: Tensor) -> bool:

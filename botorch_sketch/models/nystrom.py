@@ -274,6 +274,7 @@ class NystromGP(
         self.dictionary_capped = False
         self.drawn_cap: int | None = None
         self.nystrom_residual: float | None = None
+        self.exact_reason: str | None = None
         self.fit_record: tuple[int, float, int] | None = None
         self.num_draws = 0 if warm_start is None else warm_start.num_draws
         self._cache: dict[str, Any] | None = None

@@ -51,6 +51,8 @@ class SketchDraw(NamedTuple):
             (:func:`mean_nystrom_residual`) where the policy measured it.
         cap: The dictionary budget the draw was made within, where the policy
             recorded it (``None``: no budget, or not recorded).
+        reason: Why a dictionary of every point is every point, where the policy
+            chose it (``None`` for a sampled dictionary).
     """
 
     indices: Tensor
@@ -59,6 +61,7 @@ class SketchDraw(NamedTuple):
     fallback: bool = False
     residual: float | None = None
     cap: int | None = None
+    reason: str | None = None
 
 
 def dictionary_cap(

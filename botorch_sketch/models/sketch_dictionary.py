@@ -46,6 +46,7 @@ class SketchDictionaryMixin:
     sketch_ridge: float | None
     dictionary_capped: bool
     nystrom_residual: float | None
+    exact_reason: str | None
     likelihood: Any
     _train_X: Tensor
     _dictionary_indices: Tensor | None
@@ -76,7 +77,8 @@ class SketchDictionaryMixin:
         r"""What the dictionary is and why: its size, the budget in force when it
         was drawn and whether it bound, the ridge it sampled, the mean Nyström
         residual over the noise where the policy measured it (``0`` for every
-        point), and the size of the hyperparameter fit's subsample."""
+        point), why a dictionary of every point is every point (``None`` for a
+        sampled one), and the size of the hyperparameter fit's subsample."""
         size = self.dictionary_size  # drawn now if still pending
         return {
             "size": size,
@@ -85,6 +87,7 @@ class SketchDictionaryMixin:
             "capped": self.dictionary_capped,
             "ridge": self.sketch_ridge,
             "residual": self.nystrom_residual,
+            "exact_reason": self.exact_reason,
             "fit_subset_size": fit_subset_size(self),
         }
 
@@ -122,6 +125,7 @@ class SketchDictionaryMixin:
         self.sketch_ridge, self.dictionary_capped = draw.ridge, draw.capped
         every = draw.ridge is None and draw.indices.numel() == self.num_training_points
         self.nystrom_residual = 0.0 if every else draw.residual
+        self.exact_reason = draw.reason if every else None
         # The cap in force for this draw, as the policy used it: on a GPU the
         # device's cap depends on the free memory, which the draw itself and the
         # fitted model's blocks then reduce, so a later reading would differ.

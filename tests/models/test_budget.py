@@ -15,6 +15,7 @@ from botorch_sketch.models import NystromGP, budget, dictionary_policy, nystrom_
 from botorch_sketch.models.budget import (
     CPU_FLOP_RATE,
     EXACT_INVERSE_WEIGHT,
+    EXACT_MEMORY_BLOCKS,
     FIT_EFFICIENCY,
     FIT_EVALUATIONS,
     MEMORY_BLOCKS,
@@ -103,9 +104,11 @@ def test_exact_posterior_is_affordable_where_it_costs_no_more_than_the_cap():
         )
     # A GPU affords 16,000 points; memory rules it out where n x n blocks do not fit.
     assert device_affords_exact(GPU, 16_000, d, device_dictionary_cap(GPU, 16_000, d))
-    small = DeviceFacts(flop_rate=GPU.flop_rate, free_memory=MEMORY_BLOCKS * 8 * 2e6)
-    assert not device_affords_exact(small, 2_000, d, 2_000)  # 2 x 4e6 x 8 B > 50 %
-    assert device_affords_exact(small, 1_000, d, 1_000)
+    small = DeviceFacts(
+        flop_rate=GPU.flop_rate, free_memory=2 * EXACT_MEMORY_BLOCKS * 8 * 1e6
+    )
+    assert not device_affords_exact(small, 2_000, d, 2_000)  # 4 x 4e6 x 8 B > 50 %
+    assert device_affords_exact(small, 1_000, d, 1_000)  # 4 x 1e6 x 8 B = 50 %
     with pytest.raises(ValueError, match="cap"):
         device_affords_exact(cpu, 100, d, 0)
 
@@ -284,6 +287,8 @@ def test_every_point_when_the_capped_sketch_misses_and_exact_costs_less(monkeypa
     )
     model = NystromGP(X, Y, dictionary_policy=policy).eval()
     assert model.dictionary_size == 300 and not model.dictionary_capped
+    reason = model.dictionary_report["exact_reason"]
+    assert "misses residual_tolerance" in reason and "costs no more" in reason
     assert model._posterior_cache()["factor"] is None  # the exact predictor
     twin = NystromGP(X, Y, dictionary="all").eval()
     twin.load_state_dict(model.state_dict())
@@ -297,6 +302,7 @@ def test_every_point_when_the_capped_sketch_misses_and_exact_costs_less(monkeypa
     ):
         sketched = NystromGP(X, Y, dictionary_policy=other)
         assert sketched.dictionary_size <= cap and sketched.dictionary_capped
+        assert sketched.dictionary_report["exact_reason"] is None
     rate["flops"] = 3e6  # the cap is a few tens: E(300) > F(cap)
     slow = NystromGP(X, Y, dictionary_policy=policy)
     assert slow.dictionary_size < 100 and slow.dictionary_capped

@@ -131,6 +131,9 @@ def test_every_point_reports_zero_residual():
     model = NystromGP(X, Y, dictionary_policy=LeverageScorePolicy(exact_max_n=200))
     assert model.dictionary_report["residual"] == 0.0
     assert model.dictionary_report["size"] == 100
+    assert model.dictionary_report["exact_reason"] == "n <= exact_max_n = 200"
+    every = NystromGP(X, Y, dictionary="all")
+    assert every.dictionary_report["exact_reason"] == "dictionary='all'"
 
 
 @pytest.mark.parametrize(
