@@ -466,6 +466,20 @@ def _batch_on_domain(inputs: AdaptiveBatchInputs) -> tuple[Tensor, Tensor]:
     candidates = torch.stack(points).reshape(-1, inputs.d)
     values = torch.stack(values).reshape(-1)
     num_thompson = inputs.min_batch_size - candidates.shape[0]
+    if _is_basin_turn(inputs, max(num_thompson, 0)):
+        turn = _basin_points(
+            model,
+            bounds,
+            1,
+            _objective(inputs.posterior_transform, inputs.maximize, dtype, bounds),
+            seed + THOMPSON_SEED_OFFSET + 5,
+        )
+        if turn:
+            logger.info("BBKB batch: its last point is a basin turn.")
+            with torch.no_grad():
+                turn_value = start(turn[0].unsqueeze(-2)).reshape(-1)
+            candidates = torch.cat([candidates[:-1], turn[0]])
+            values = torch.cat([values[:-1], turn_value.to(values)])
     if num_thompson > 0:
         sampled = thompson_fill_points(
             model,
@@ -531,18 +545,7 @@ def thompson_fill_points(
     check_fraction(basin_share, "basin_share")
     dtype = model.compute_dtype
     bounds = bounds.to(dtype)
-    sign = 1.0 if maximize else -1.0
-    weights = torch.ones(1, dtype=dtype, device=bounds.device)
-    offset = 0.0
-    if posterior_transform is not None:
-        if not isinstance(posterior_transform, ScalarizedPosteriorTransform):
-            raise ValueError(
-                "thompson_fill supports a ScalarizedPosteriorTransform only, got "
-                f"{type(posterior_transform).__name__}."
-            )
-        weights = posterior_transform.weights.to(weights)
-        offset = posterior_transform.offset
-    transform = ScalarizedPosteriorTransform(sign * weights, sign * offset)
+    transform = _objective(posterior_transform, maximize, dtype, bounds)
     sobol = draw_sobol_samples(bounds, n=THOMPSON_SOBOL_POINTS, q=1, seed=seed).squeeze(
         -2
     )
@@ -572,6 +575,56 @@ def thompson_fill_points(
         )
         picked.append(sampler(candidates, num_samples=num_points - num_far))
     return torch.cat(picked)
+
+
+def _objective(
+    posterior_transform: PosteriorTransform | None,
+    maximize: bool,
+    dtype: torch.dtype,
+    bounds: Tensor,
+) -> ScalarizedPosteriorTransform:
+    r"""The scalarised objective to maximise: the caller's weights and offset
+    (one weight of 1 without a transform), negated when ``maximize`` is False."""
+    sign = 1.0 if maximize else -1.0
+    weights = torch.ones(1, dtype=dtype, device=bounds.device)
+    offset = 0.0
+    if posterior_transform is not None:
+        if not isinstance(posterior_transform, ScalarizedPosteriorTransform):
+            raise ValueError(
+                "thompson_fill supports a ScalarizedPosteriorTransform only, got "
+                f"{type(posterior_transform).__name__}."
+            )
+        weights = posterior_transform.weights.to(weights)
+        offset = posterior_transform.offset
+    return ScalarizedPosteriorTransform(sign * weights, sign * offset)
+
+
+def _is_basin_turn(inputs: AdaptiveBatchInputs, num_fill: int) -> bool:
+    r"""Whether this batch's last point goes to another basin (a basin turn).
+
+    Batches whose Thompson fill spends no point in another basin
+    (:func:`basin_count` of ``num_fill`` is 0: batches of up to 6 points in the Ax
+    strategies, one point at a time above all) take one every
+    ``round(1 / basin_share)`` batches instead, so that such a run keeps refining
+    the other basins at about the fill's share. The batches are counted by the
+    data, ``n // min_batch_size`` (``n`` training points), so the turn needs no
+    state and a reloaded run takes the same turns. Only for batches of a fixed
+    size (``min_batch_size == max_batch_size``: the rule's own batch keeps every
+    point it chose), with ``thompson_fill > 0`` on a box (the Ax strategies) and
+    ``0 < basin_share``.
+    """
+    share = inputs.basin_share
+    if (
+        inputs.min_batch_size != inputs.max_batch_size
+        or inputs.thompson_fill <= 0
+        or share <= 0
+        or inputs.step_optimizer is not None
+        or basin_count(share, num_fill) > 0
+    ):
+        return False
+    period = max(1, round(1.0 / share))
+    clock = inputs.model.num_training_points // inputs.min_batch_size
+    return clock % period == period - 1
 
 
 def basin_count(basin_share: float, num_points: int) -> int:

@@ -50,7 +50,9 @@ def arm_tensor(arms):
 
 
 def test_batch_trial_has_the_size_the_rule_chose():
-    client = make_client("bbkb", C=3.0)
+    # basin_share=0: the eight one-point warm-up batches take no basin turn
+    # (tested in tests/optim), so this trajectory reaches rule batches of > 1.
+    client = make_client("bbkb", C=3.0, basin_share=0.0)
     run_trials(client, "branin", total=8)
     experiment, strategy = client._experiment, client._generation_strategy
     sizes = []
@@ -129,7 +131,7 @@ def test_split_keeps_repeated_points_as_separate_trials():
 
 
 def test_failed_and_abandoned_trials_inside_a_batch():
-    client = make_client("bbkb", C=4.0)
+    client = make_client("bbkb", C=4.0, basin_share=0.0)  # as above: a batch of > 1
     run_trials(client, "branin", total=8)
     batch = get_next_batch(client, max_batch_size=6)
     indices = sorted(batch)

@@ -641,3 +641,43 @@ def test_basin_count_gives_small_fills_one_point():
         0, 0, 1, 1, 1, 2, 6,
     ]  # fmt: skip
     assert basin_count(0.0, 10) == 0 and basin_count(0.5, 3) == 1
+
+
+def test_single_point_batches_take_basin_turns(two_bump_model, monkeypatch):
+    """With a Thompson fill too small for a basin point (here none: batches of
+    one), every round(1 / basin_share)-th batch, counted by the data
+    (n // min_batch_size), is a local step in another basin of the posterior mean
+    instead of the UCB's argmax; the other batches, a zero share and the plain
+    (fill-free) BBKB batch are the argmax."""
+    model = two_bump_model  # n = 80 training points
+    monkeypatch.setattr(adaptive_batch, "THOMPSON_BASIN_STEP", 0.02)
+
+    def one_point(**kw):
+        got, values = optimize_acqf_adaptive_batch(
+            model, BOUNDS, "global", 0.0, 1, seed=0, num_restarts=4, **kw
+        )
+        assert got.shape == (1, 2) and values.shape == (1,)
+        return got[0]
+
+    other = torch.tensor([0.75, 0.75], dtype=DT)
+    incumbent = torch.tensor([0.25, 0.25], dtype=DT)
+    turn = one_point(thompson_fill=0.5, basin_share=1 / 3)  # 80 // 1 % 3 == 2
+    assert float((turn - other).norm()) < 0.12
+    for kw in (
+        {"thompson_fill": 0.5, "basin_share": 0.25},  # 80 % 4 == 0: no turn
+        {"thompson_fill": 0.5, "basin_share": 0.0},
+        {"thompson_fill": 0.0, "basin_share": 1 / 3},
+    ):
+        assert float((one_point(**kw) - incumbent).norm()) < 0.12, kw
+    # Two points per batch: the clock is n // 2 = 40, 40 % 3 == 1: no turn.
+    got, _ = optimize_acqf_adaptive_batch(
+        model, BOUNDS, "global", 0.0, 2, min_batch_size=2, seed=0, num_restarts=4,
+        thompson_fill=0.5, basin_share=1 / 3,
+    )  # fmt: skip
+    assert (torch.cdist(got, other.unsqueeze(0)) > 0.2).all()
+    # The rule's own batch (min_batch_size < max_batch_size) takes no turn.
+    got, _ = optimize_acqf_adaptive_batch(
+        model, BOUNDS, "global", 0.0, 3, seed=0, num_restarts=4,
+        thompson_fill=0.5, basin_share=1 / 3,
+    )  # fmt: skip
+    assert (torch.cdist(got, other.unsqueeze(0)) > 0.2).all()
