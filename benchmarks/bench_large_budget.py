@@ -37,6 +37,9 @@ batches of ``--batch``):
   ``fit_max_iterations=100`` / ``200`` (L-BFGS-B iterations of each region fit).
 - ``bbkb-basin0.34``: ``"bbkb"`` with ``basin_share=0.34`` (a 3-point Thompson fill,
   batches of 8, gets one point in another basin; 0.25 gives none).
+- ``bbkb-before-turns`` (rows only, not runnable): ``"bbkb"`` before the basin
+  turns of fixed-size batches without a basin point in their fill (commit baa981a);
+  the batches of one point (``--batch 1``) of earlier commits were relabelled.
 - ``ax-default``: ``client.configure_generation_strategy()`` and
   ``client.get_next_trials(q)``, stopped at the wall cap (``--ax-cap-s``,
   300 s by default, recorded as ``capped``). ``--turbo-cap-s`` caps TuRBO-1 the
