@@ -152,14 +152,16 @@ _BBKB_OPTIONS: dict[str, Any] = {
 }
 #: What BKB fixes of BBKB's batch options: one point per batch (the rule
 #: ``"bkb"`` is BBKB's global rule with ``C = 1``); the box settings are BBKB's
-#: (they only act on points past the rule's stop, which BKB never adds).
+#: (they only act on points past the rule's stop, which BKB never adds), except
+#: ``basin_share = 0``: BKB's point is always the UCB's argmax, without the basin
+#: turns of BBKB's fixed-size batches (BKB as published, Calandriello et al. 2019).
 _BKB_FIXED: dict[str, Any] = {
     "C": 1.0,
     "max_batch_size": None,
     "min_batch_size": 1,
     "reuse_restarts": _BBKB_OPTIONS["reuse_restarts"],
     "thompson_fill": _BBKB_OPTIONS["thompson_fill"],
-    "basin_share": _BBKB_OPTIONS["basin_share"],
+    "basin_share": 0.0,
 }
 
 

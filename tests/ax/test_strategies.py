@@ -124,6 +124,8 @@ def test_batch_settings_come_from_the_options_table_only(monkeypatch, name):
     model = spec.generator_kwargs["surrogate_spec"].model_configs[0]
     assert model.model_options["q_bar"] == 3.0
     assert acquisition["C"] == (1.0 if name == "bkb" else 3.0)
+    # BKB's point is the UCB's argmax: no basin turns (BBKB's default share).
+    assert acquisition["basin_share"] == (0.0 if name == "bkb" else 0.5)
 
 
 def test_basin_share_reaches_the_thompson_fill(monkeypatch):
