@@ -31,7 +31,12 @@ TuRBO-1 (Eriksson et al., NeurIPS 2019, Sec. 3) on the unit cube ``[0, 1]^d``:
 
 The model is a ``NystromGP`` on the region's data (:func:`fit_region_model`,
 warm-started from the previous model's sketch), so its cost stays
-``O(n m^2)`` instead of the exact GP's ``O(n^3)``. The centre is by default the
+``O(n m^2)`` instead of the exact GP's ``O(n^3)``. Its hyperparameters are
+fitted, under ``fit_subset_size="device"`` (the default), on the subsample the
+device's fit budget affords without the global model's 1,000-point floor
+(:func:`region_fit_subset_size`: about 570 points on one CPU thread, thousands
+on a GPU): a region is refitted at every call, so its fit, not the sketch,
+sets the strategy's cost at thousands of evaluations. The centre is by default the
 observed point of largest posterior mean (:func:`incumbent`); ``center`` picks
 another row (e.g. the best observation, as TuRBO).
 """
@@ -49,11 +54,14 @@ from torch import Tensor
 from torch.quasirandom import SobolEngine
 
 from botorch_sketch.generation.thompson import EmbeddingThompsonSampling
+from botorch_sketch.models.budget import device_facts, device_fit_subset_size
+from botorch_sketch.models.fit_options import DEFAULT_FIT_SUBSET_SIZE, DEVICE_SUBSET
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.trust_region.state import TrustRegionState
 
 __all__ = [
     "JOINT_MAX_CANDIDATES",
+    "REGION_MIN_FIT_SUBSET_SIZE",
     "THOMPSON_SAMPLERS",
     "default_num_candidates",
     "fit_region_model",
@@ -61,6 +69,7 @@ __all__ = [
     "incumbent",
     "perturbed_candidates",
     "region_bounds",
+    "region_fit_subset_size",
 ]
 
 #: Expected number of perturbed coordinates per candidate (``min(1, 20 / d)``).
@@ -69,6 +78,26 @@ PERTURBED_DIMS = 20.0
 THOMPSON_SAMPLERS = ("joint", "embedding")
 #: Above this many candidates ``"joint"`` sampling uses ``"embedding"`` instead.
 JOINT_MAX_CANDIDATES = 10_000
+
+
+#: Fewest points a region model's hyperparameters are fitted on under
+#: ``fit_subset_size="device"`` (:func:`region_fit_subset_size`).
+REGION_MIN_FIT_SUBSET_SIZE = 300
+
+
+def region_fit_subset_size(X: Tensor) -> int:
+    r"""The region model's fit subsample for ``X`` (``n x d``) under
+    ``fit_subset_size="device"``: the largest the device holding ``X`` affords in
+    the fit's time budget
+    (:func:`~botorch_sketch.models.budget.device_fit_subset_size`), at least
+    ``min(n, REGION_MIN_FIT_SUBSET_SIZE)``. The global model keeps a floor of
+    ``MIN_FIT_SUBSET_SIZE`` (1,000) points; a region, refitted from scratch at
+    every call, takes the budget's own size (one CPU thread: 572)."""
+    return device_fit_subset_size(
+        device_facts(X.device, X.dtype),
+        X.shape[-2],
+        minimum=REGION_MIN_FIT_SUBSET_SIZE,
+    )
 
 
 def default_num_candidates(dim: int) -> int:
@@ -92,11 +121,15 @@ def fit_region_model(
             prefix of the same data; ``None``: fitted from scratch.
         seed: The model's seed.
         **model_options: Further ``NystromGP`` options (``q_bar``,
-            ``max_dictionary_size``, ...).
+            ``max_dictionary_size``, ...). ``fit_subset_size="device"`` (also
+            the default) is resolved by :func:`region_fit_subset_size`.
 
     Returns:
         The fitted model (hyperparameters and dictionary).
     """
+    subset = model_options.get("fit_subset_size", DEFAULT_FIT_SUBSET_SIZE)
+    if subset == DEVICE_SUBSET:
+        model_options = {**model_options, "fit_subset_size": region_fit_subset_size(X)}
     model = NystromGP(X, Y, seed=seed, warm_start=warm_start, **model_options)
     fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
     return model

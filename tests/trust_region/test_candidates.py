@@ -14,7 +14,10 @@ from botorch_sketch.trust_region import (
     perturbed_candidates,
     region_bounds,
 )
-from botorch_sketch.trust_region.candidates import lengthscales
+from botorch_sketch.trust_region.candidates import (
+    REGION_MIN_FIT_SUBSET_SIZE,
+    lengthscales,
+)
 
 
 def test_region_sides_follow_the_lengthscales_and_stay_in_the_cube():
@@ -136,3 +139,32 @@ def test_cold_region_model_is_turbos_exact_gp_and_picks_its_batch():
         joint_thompson(model, candidates, 5, seed=7),
         joint_thompson(exact, candidates, 5, seed=7),
     )
+
+
+def test_region_fit_subset_follows_the_device_without_the_global_floor(monkeypatch):
+    """Under fit_subset_size="device" a region model is fitted on the subsample
+    the device's fit budget affords (no 1,000-point floor; at least
+    REGION_MIN_FIT_SUBSET_SIZE or every point); a given size is kept."""
+    from botorch_sketch.models import budget
+    from botorch_sketch.trust_region import candidates
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(400, 2, generator=g, dtype=torch.float64)
+    Y = -((X - 0.5) ** 2).sum(-1, keepdim=True)
+    cpu = budget.DeviceFacts(budget.CPU_FLOP_RATE, 2**34, 8)
+    assert budget.device_fit_subset_size(cpu, 10**6, minimum=1) == 572
+    # A slower device: its budget affords 150 points; the floor lifts it to 300.
+    rate = {"flops": budget.CPU_FLOP_RATE * (150 / 572) ** 3}
+    monkeypatch.setattr(
+        candidates,
+        "device_facts",
+        lambda device, dtype: budget.DeviceFacts(rate["flops"], 2**34, 8),
+    )
+    assert candidates.region_fit_subset_size(X) == REGION_MIN_FIT_SUBSET_SIZE == 300
+    model = fit_region_model(X, Y, seed=0)
+    assert model.dictionary_report["fit_subset_size"] == 300
+    rate["flops"] = budget.CPU_FLOP_RATE * (350 / 572) ** 3
+    assert 340 <= candidates.region_fit_subset_size(X) <= 350
+    assert candidates.region_fit_subset_size(X[:200]) == 200  # every point
+    given = fit_region_model(X, Y, seed=0, fit_subset_size=100)
+    assert given.dictionary_report["fit_subset_size"] == 100
