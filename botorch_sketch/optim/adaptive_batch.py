@@ -475,7 +475,7 @@ def _batch_on_domain(inputs: AdaptiveBatchInputs) -> tuple[Tensor, Tensor]:
             seed + THOMPSON_SEED_OFFSET + 5,
         )
         if turn:
-            logger.info("BBKB batch: its last point is a basin turn.")
+            logger.info("BBKB batch: its last greedy point is a basin turn.")
             with torch.no_grad():
                 turn_value = start(turn[0].unsqueeze(-2)).reshape(-1)
             candidates = torch.cat([candidates[:-1], turn[0]])
@@ -600,7 +600,8 @@ def _objective(
 
 
 def _is_basin_turn(inputs: AdaptiveBatchInputs, num_fill: int) -> bool:
-    r"""Whether this batch's last point goes to another basin (a basin turn).
+    r"""Whether this batch's last greedy point (the last before a Thompson fill of
+    1-2 points, if any) goes to another basin instead (a basin turn).
 
     Batches whose Thompson fill spends no point in another basin
     (:func:`basin_count` of ``num_fill`` is 0: batches of up to 6 points in the Ax
