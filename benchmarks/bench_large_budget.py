@@ -31,8 +31,11 @@ batches of ``--batch``):
 - ``turbo-bkb-warm``: ``"turbo-bkb"`` with ``region_fit="warm"`` (the default
   before 2026-11-27: the rows labelled ``turbo-bkb`` from earlier commits were
   relabelled ``turbo-bkb-warm``).
-- ``turbo-bkb-fit300`` / ``turbo-bkb-fit600``: ``"turbo-bkb"`` with
-  ``fit_subset_size=300`` / ``600`` (the cold fits on a subsample of the region).
+- ``turbo-bkb-fit300`` / ``turbo-bkb-fit600`` / ``turbo-bkb-fit1000``:
+  ``"turbo-bkb"`` with ``fit_subset_size=300`` / ``600`` / ``1000`` (the cold
+  fits on a subsample of the region). ``1000`` is the default on a CPU before
+  the region fits dropped the global model's 1,000-point floor (3806f10): the
+  ``turbo-bkb`` rows of the cells rerun since were relabelled ``turbo-bkb-fit1000``.
 - ``turbo-bkb-it100`` / ``turbo-bkb-it200``: ``"turbo-bkb"`` with
   ``fit_max_iterations=100`` / ``200`` (L-BFGS-B iterations of each region fit).
 - ``bbkb-basin0.34``: ``"bbkb"`` with ``basin_share=0.34`` (a 3-point Thompson fill,
@@ -102,6 +105,7 @@ METHODS = (
     "turbo-bkb-warm",
     "turbo-bkb-fit300",
     "turbo-bkb-fit600",
+    "turbo-bkb-fit1000",
     "turbo-bkb-it100",
     "turbo-bkb-it200",
     "bbkb-basin0.34",
@@ -112,6 +116,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-warm": ("turbo-bkb", {"region_fit": "warm"}),
     "turbo-bkb-fit300": ("turbo-bkb", {"fit_subset_size": 300}),
     "turbo-bkb-fit600": ("turbo-bkb", {"fit_subset_size": 600}),
+    "turbo-bkb-fit1000": ("turbo-bkb", {"fit_subset_size": 1000}),
     "turbo-bkb-it100": ("turbo-bkb", {"fit_max_iterations": 100}),
     "turbo-bkb-it200": ("turbo-bkb", {"fit_max_iterations": 200}),
     "bbkb-basin0.34": ("bbkb", {"basin_share": 0.34}),
