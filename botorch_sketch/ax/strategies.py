@@ -210,8 +210,9 @@ def _library_kwargs(rule: str, opts: dict[str, Any]) -> dict[str, Any]:
     r"""A finite library: the BBKB engine (:mod:`botorch_sketch.ax.library`)."""
     sketch_only = {k: v for k, v in _SKETCH_OPTIONS.items() if k != "q_bar"}
     _check_unused(opts, sketch_only, "without a candidate_set (NystromGP)")
+    box_defaults = _BKB_FIXED if rule == "bkb" else _BBKB_OPTIONS
     box_only = {
-        k: _BBKB_OPTIONS[k] for k in ("reuse_restarts", "thompson_fill", "basin_share")
+        k: box_defaults[k] for k in ("reuse_restarts", "thompson_fill", "basin_share")
     }
     _check_unused(opts, box_only, "on a box, without a candidate_set")
     keys = ("q_bar", "alpha", "beta", "allow_repeats", "seed", *LIBRARY_OPTIONS)
