@@ -16,7 +16,7 @@ fit and of the prediction (the posterior caches plus the 2,000 test points'
 variances), the test NLL with observation noise (``bench_gpu.nll``), and the
 posterior-cache build alone (``cache_s``: the first ``posterior`` call at one
 point after the fit) and, on cuda, its peak memory above the fitted model's in
-``n x n`` float64 blocks (``cache_peak_blocks``; the budget assumes
+``n x n`` blocks of the data's dtype (``cache_peak_blocks``; the budget assumes
 ``EXACT_MEMORY_BLOCKS`` for the exact posterior). Data as
 ``bench_nystrom.load_data``: low-noise Hartmann6 (``synthetic``, noise sd 0.05)
 and standardized Cadata.
@@ -87,8 +87,9 @@ def row(dataset: str, n: int, method: str, args: argparse.Namespace) -> dict:
         cache_s = time.process_time() - t
         # The cache build's peak memory above what the fitted model held, in
         # n x n blocks (budget.EXACT_MEMORY_BLOCKS counts the exact posterior's).
+        block = data["train_X"].element_size() * n * n
         peak_blocks = (
-            round((torch.cuda.max_memory_allocated(device) - before) / (8 * n * n), 2)
+            round((torch.cuda.max_memory_allocated(device) - before) / block, 2)
             if cuda
             else None
         )

@@ -611,7 +611,8 @@ def _is_basin_turn(inputs: AdaptiveBatchInputs, num_fill: int) -> bool:
     data, ``n // min_batch_size`` (``n`` training points), so the turn needs no
     state and a reloaded run takes the same turns. Only for batches of a fixed
     size (``min_batch_size == max_batch_size``: the rule's own batch keeps every
-    point it chose), with ``thompson_fill > 0`` on a box (the Ax strategies) and
+    point it chose), with ``thompson_fill > 0`` (which the inputs allow on a plain
+    box only, :class:`AdaptiveBatchInputs`: the Ax strategies' box path) and
     ``0 < basin_share``.
     """
     share = inputs.basin_share
@@ -619,7 +620,6 @@ def _is_basin_turn(inputs: AdaptiveBatchInputs, num_fill: int) -> bool:
         inputs.min_batch_size != inputs.max_batch_size
         or inputs.thompson_fill <= 0
         or share <= 0
-        or inputs.step_optimizer is not None
         or basin_count(share, num_fill) > 0
     ):
         return False

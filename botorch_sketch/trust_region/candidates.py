@@ -30,8 +30,8 @@ TuRBO-1 (Eriksson et al., NeurIPS 2019, Sec. 3) on the unit cube ``[0, 1]^d``:
     :data:`JOINT_MAX_CANDIDATES` candidates ``"joint"`` falls back to it.
 
 The model is a ``NystromGP`` on the region's data (:func:`fit_region_model`,
-warm-started from the previous model's sketch), so its cost stays
-``O(n m^2)`` instead of the exact GP's ``O(n^3)``. Its hyperparameters are
+fitted from scratch or warm-started from a previous model's sketch), so its cost
+stays ``O(n m^2)`` instead of the exact GP's ``O(n^3)``. Its hyperparameters are
 fitted, under ``fit_subset_size="device"`` (the default), on the subsample the
 device's fit budget affords without the global model's 1,000-point floor
 (:func:`region_fit_subset_size`: about 570 points on one CPU thread, thousands
