@@ -53,8 +53,12 @@ skipped, so an interrupted suite resumes): the best noiseless value among the
 points evaluated so far after every evaluation (``best_curve``), the cumulative
 CPU seconds after every batch (``cpu_curve``, ``evaluations:seconds``), and where
 the CPU time went: ``fit`` (model fitting), ``gen`` (acquisition / candidate
-selection), ``ax`` (the rest of Ax's generation and ``complete_trial`` calls),
-``evaluate`` (the objective). CPU seconds are ``time.process_time`` with one
+selection), ``ax`` (the rest of Ax's generation and the completion of trials),
+``evaluate`` (the objective). Ax runs complete each batch with
+:func:`botorch_sketch.ax.complete_trials` (one data update per batch;
+``--completion trial``: one ``client.complete_trial`` per trial, whose cost
+grows with the number of trials, as every row before 2026-11-27 21:30 UTC,
+column ``completion`` empty). CPU seconds are ``time.process_time`` with one
 torch thread. ``--report`` writes ``large_budget.md`` (median and quartiles per
 problem, budget and batch, and the draft "which strategy" table) and one
 ``large_budget_<problem>.png`` per problem from every ``large_budget*.csv``.
@@ -342,13 +346,20 @@ def run_ax(
     sd: float,
     method: str,
     cap_s: float,
+    completion: str = "batch",
 ):
     """An ``ax.Client`` run: a package strategy through ``get_next_batch``, or
-    Ax's default through ``get_next_trials`` (stopped at ``cap_s`` wall s)."""
+    Ax's default through ``get_next_trials`` (stopped at ``cap_s`` wall s); each
+    batch completed by ``complete_trials`` (``completion="batch"``) or by one
+    ``client.complete_trial`` per trial (``"trial"``)."""
     from ax import Client
     from ax.generators.torch.botorch_modular.generator import BoTorchGenerator
 
-    from botorch_sketch.ax import get_generation_strategy, get_next_batch
+    from botorch_sketch.ax import (
+        complete_trials,
+        get_generation_strategy,
+        get_next_batch,
+    )
     from botorch_sketch.ax.generator import SketchBoTorchGenerator
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -384,16 +395,22 @@ def run_ax(
                 trials = get_next_batch(client, max_batch_size=k)
             t1 = time.process_time()
             gen_s += t1 - t0
+            results = {}
+            t2 = time.process_time()
             for index, params in trials.items():
-                t2 = time.process_time()
                 y, f = observe(
                     problem, problem.from_parameters(params), index, sd, seed
                 )
-                t3 = time.process_time()
-                client.complete_trial(index, raw_data={"f": float(y)})
-                complete_s += time.process_time() - t3
-                eval_s += t3 - t2
+                results[index] = {"f": float(y)}
                 values.append(float(f))
+            t3 = time.process_time()
+            if completion == "batch":
+                complete_trials(client, results)
+            else:
+                for index, raw in results.items():
+                    client.complete_trial(index, raw_data=raw)
+            complete_s += time.process_time() - t3
+            eval_s += t3 - t2
             after.append((len(values), time.process_time() - cpu0))
             if len(after) % 5 == 0:
                 logger.info(
@@ -443,7 +460,9 @@ def run_one(
     elif method in runners:
         out = runners[method](*common)
     else:
-        out = run_ax(*common, method=method, cap_s=args.ax_cap_s)
+        out = run_ax(
+            *common, method=method, cap_s=args.ax_cap_s, completion=args.completion
+        )
     best = [min(out.values[: i + 1]) for i in range(len(out.values))]
     return {
         "problem": problem.name,
@@ -461,6 +480,7 @@ def run_one(
         "wall_s": time.perf_counter() - wall0,
         **{f"{k}_cpu_s": v for k, v in out.cpu.items()},
         "restarts": "" if out.restarts is None else out.restarts,
+        "completion": args.completion if method not in ("sobol", "turbo1") else "",
         "load_start": load0,
         "load_end": os.getloadavg()[0],
         "commit": harness.git_head(),
@@ -559,7 +579,7 @@ def _groups(rows: list[dict]) -> dict[tuple, dict[str, list[dict]]]:
 def _summary_rows(group: dict[str, list[dict]], budget: int) -> list[dict]:
     marks = [n for n in (250, 500, 1000, 5000, 10000) if n <= budget]
     lines = []
-    for method in METHODS:
+    for method in [*METHODS, *sorted(set(group) - set(METHODS))]:
         runs = group.get(method)
         if not runs:
             continue
@@ -745,6 +765,13 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=None,
         help="stop TuRBO-1 after this many CPU seconds (recorded as capped)",
+    )
+    p.add_argument(
+        "--completion",
+        choices=("batch", "trial"),
+        default="batch",
+        help="Ax runs: complete each batch with complete_trials, or one "
+        "client.complete_trial per trial",
     )
     p.add_argument("--out", type=Path, default=harness.RESULTS)
     p.add_argument(

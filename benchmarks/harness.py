@@ -173,17 +173,27 @@ def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
-def read_csv(path: Path) -> list[dict[str, Any]]:
-    """Rows of a CSV; values that parse as numbers become floats."""
+#: CSV columns kept as text by :func:`read_csv` (a commit such as ``430e779``
+#: parses as the float ``inf``).
+TEXT_COLUMNS = frozenset({"commit"})
 
-    def convert(value: str) -> Any:
+
+def read_csv(path: Path) -> list[dict[str, Any]]:
+    """Rows of a CSV; values that parse as numbers become floats, except in
+    :data:`TEXT_COLUMNS`."""
+
+    def convert(key: str, value: str) -> Any:
+        if key in TEXT_COLUMNS:
+            return value
         try:
             return float(value)
         except ValueError:
             return value
 
     with path.open() as fh:
-        return [{k: convert(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+        return [
+            {k: convert(k, v) for k, v in row.items()} for row in csv.DictReader(fh)
+        ]
 
 
 def mean_sd(values: Iterable[float], fmt: str = "{:.3g}") -> str:

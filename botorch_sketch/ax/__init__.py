@@ -15,6 +15,7 @@ Example:
 
 from botorch_sketch.ax import fit, input_constructors  # noqa: F401  (registration)
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
+from botorch_sketch.ax.completion import complete_trials
 from botorch_sketch.ax.encoding import encode_library
 from botorch_sketch.ax.library import BBKBLibraryGenerator
 from botorch_sketch.ax.ray import configure_ray
@@ -31,6 +32,7 @@ register_with_ax()
 __all__ = [
     "AdaptiveBatchAcquisition",
     "BBKBLibraryGenerator",
+    "complete_trials",
     "configure_ray",
     "encode_library",
     "get_generation_strategy",

@@ -15,8 +15,10 @@ from botorch_sketch.trust_region import (
     region_bounds,
 )
 from botorch_sketch.trust_region.candidates import (
+    LENGTHSCALE_LOWER_BOUND,
     REGION_MIN_FIT_SUBSET_SIZE,
     lengthscales,
+    region_covar_module,
 )
 
 
@@ -168,3 +170,40 @@ def test_region_fit_subset_follows_the_device_without_the_global_floor(monkeypat
     assert candidates.region_fit_subset_size(X[:200]) == 200  # every point
     given = fit_region_model(X, Y, seed=0, fit_subset_size=100)
     assert given.dictionary_report["fit_subset_size"] == 100
+
+
+def test_region_kernel_is_botorchs_kernel_with_log_lengthscales():
+    """Same kernel, prior and initial lengthscales as BoTorch's dimension-scaled
+    RBF; only the optimised coordinate differs: l = 0.025 + exp(raw)."""
+    from botorch.models.utils.gpytorch_modules import (
+        get_covar_module_with_dim_scaled_prior,
+    )
+
+    ours, theirs = region_covar_module(7), get_covar_module_with_dim_scaled_prior(7)
+    torch.testing.assert_close(ours.lengthscale, theirs.lengthscale)
+    prior, reference = ours.lengthscale_prior, theirs.lengthscale_prior
+    assert type(prior) is type(reference)
+    torch.testing.assert_close(prior.loc, reference.loc)
+    torch.testing.assert_close(prior.scale, reference.scale)
+    raw = ours.raw_lengthscale.detach()
+    torch.testing.assert_close(raw.exp() + LENGTHSCALE_LOWER_BOUND, ours.lengthscale)
+    ours.raw_lengthscale.data.fill_(-50.0)  # any raw value is a valid lengthscale
+    assert bool((ours.lengthscale >= LENGTHSCALE_LOWER_BOUND).all())
+    x = torch.rand(5, 7, dtype=torch.float64)
+    theirs.lengthscale = ours.lengthscale.detach()
+    torch.testing.assert_close(ours(x).to_dense(), theirs.double()(x).to_dense())
+
+
+def test_region_model_takes_the_region_kernel_unless_given_one():
+    from gpytorch.kernels import MaternKernel
+
+    g = torch.Generator().manual_seed(1)
+    X = torch.rand(40, 3, generator=g, dtype=torch.float64)
+    Y = -((X - 0.4) ** 2).sum(-1, keepdim=True)
+    model = fit_region_model(X, Y, seed=0)
+    constraint = model.covar_module.raw_lengthscale_constraint
+    assert constraint.enforced
+    assert float(constraint.lower_bound) == pytest.approx(LENGTHSCALE_LOWER_BOUND)
+    assert model.covar_module.lengthscale.dtype == torch.float64
+    given = MaternKernel(ard_num_dims=3)
+    assert fit_region_model(X, Y, seed=0, covar_module=given).covar_module is given
