@@ -9,7 +9,8 @@ ways:
   with ``trial.attach_batch_trial_data``).
 - :func:`get_next_batch`: ``k`` one-arm ``Trial`` s on an ``ax.Client`` (which
   cannot attach data to a ``BatchTrial``), completed with the usual
-  ``client.complete_trial``.
+  ``client.complete_trial`` or, a batch at once, with
+  :func:`~botorch_sketch.ax.complete_trials`.
 
 :func:`gen_filled_batch` is the Orchestrator's variant (``botorch_sketch.ax.ray``):
 one batch of exactly ``n`` points, for ``n`` free workers, returned as one-arm
@@ -118,7 +119,8 @@ def get_next_batch(client: Client, max_batch_size: int) -> dict[int, dict]:
 
     Returns:
         ``{trial_index: parameters}`` like ``client.get_next_trials``; complete each
-        with ``client.complete_trial``. A point the batch repeats (BBKB may ask
+        with ``client.complete_trial``, or all of them with
+        :func:`~botorch_sketch.ax.complete_trials`. A point the batch repeats (BBKB may ask
         for a point again, e.g. when ``min_batch_size`` fills the batch) is one
         trial per repetition.
     """
