@@ -38,6 +38,11 @@ batches of ``--batch``):
   ``turbo-bkb`` rows of the cells rerun since were relabelled ``turbo-bkb-fit1000``.
 - ``turbo-bkb-it100`` / ``turbo-bkb-it200``: ``"turbo-bkb"`` with
   ``fit_max_iterations=100`` / ``200`` (L-BFGS-B iterations of each region fit).
+- ``<name>-linls`` (rows only, not runnable): a ``turbo-bkb`` variant before its
+  region model optimised the lengthscales in log space
+  (:func:`botorch_sketch.trust_region.candidates.region_covar_module`, commit
+  acce6a9), run with one ``client.complete_trial`` per trial; every
+  ``turbo-bkb*`` row of earlier commits was relabelled so.
 - ``bbkb-basin0.34``: ``"bbkb"`` with ``basin_share=0.34`` (a 3-point Thompson fill,
   batches of 8, gets one point in another basin; 0.25 gives none).
 - ``bbkb-before-turns`` (rows only, not runnable): ``"bbkb"`` before the basin

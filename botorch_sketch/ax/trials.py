@@ -120,9 +120,9 @@ def get_next_batch(client: Client, max_batch_size: int) -> dict[int, dict]:
     Returns:
         ``{trial_index: parameters}`` like ``client.get_next_trials``; complete each
         with ``client.complete_trial``, or all of them with
-        :func:`~botorch_sketch.ax.complete_trials`. A point the batch repeats (BBKB may ask
-        for a point again, e.g. when ``min_batch_size`` fills the batch) is one
-        trial per repetition.
+        :func:`~botorch_sketch.ax.complete_trials`. A point the batch repeats
+        (BBKB may ask for a point again, e.g. when ``min_batch_size`` fills the
+        batch) is one trial per repetition.
     """
     _check_size(max_batch_size)
     experiment = client._experiment

@@ -84,6 +84,7 @@ __all__ = [
     "SECONDS_PER_POINT",
     "DeviceFacts",
     "device_affords_exact",
+    "exact_fits_memory",
     "device_dictionary_cap",
     "device_facts",
     "device_fit_subset_size",
@@ -255,11 +256,17 @@ def device_affords_exact(
     check_bool_free_int(n, "n", minimum=1)
     check_bool_free_int(d, "d", minimum=1)
     check_bool_free_int(cap, "cap", minimum=1)
+    return exact_posterior_flops(n, d) <= posterior_cache_flops(
+        n, min(cap, n), d
+    ) and exact_fits_memory(facts, n, memory_fraction)
+
+
+def exact_fits_memory(facts: DeviceFacts, n: int, memory_fraction: float = 0.5) -> bool:
+    r"""Whether the exact posterior's ``EXACT_MEMORY_BLOCKS`` blocks of ``n x n``
+    fit: ``EXACT_MEMORY_BLOCKS n^2 itemsize <= memory_fraction * free_memory``."""
+    check_bool_free_int(n, "n", minimum=1)
     memory = EXACT_MEMORY_BLOCKS * float(n) * n * facts.itemsize
-    return (
-        exact_posterior_flops(n, d) <= posterior_cache_flops(n, min(cap, n), d)
-        and memory <= memory_fraction * facts.free_memory
-    )
+    return memory <= memory_fraction * facts.free_memory
 
 
 def device_fit_subset_size(

@@ -55,6 +55,7 @@ from botorch_sketch.models.budget import (
     device_affords_exact,
     device_dictionary_cap,
     device_facts,
+    exact_fits_memory,
 )
 from botorch_sketch.models.nystrom_dictionary import (
     SketchDraw,
@@ -279,7 +280,8 @@ class LeverageScorePolicy(DictionaryPolicy):
         r"""Every point (guard), BKB's resampling of a warm start, else BLESS.
 
         Every point also when the draw keeps at least ``EXACT_FRACTION`` of them
-        within the budget.
+        within the budget and their exact posterior fits the memory rule
+        (:meth:`exact_fits`).
         """
         X = model.compute_inputs
         n = model.num_training_points
@@ -305,7 +307,7 @@ class LeverageScorePolicy(DictionaryPolicy):
                 )
         if draw is None:
             draw = self.fresh(model)
-        if keeps_most(draw.indices.numel(), n, cap):
+        if keeps_most(draw.indices.numel(), n, cap) and self.exact_fits(X):
             return every._replace(reason="the draw kept most points")
         if self.exact_is_cheaper(draw, X):
             rho = "unchecked" if draw.residual is None else f"{draw.residual:.3g}"
@@ -315,6 +317,17 @@ class LeverageScorePolicy(DictionaryPolicy):
                 "more than the sketch at the cap"
             )
         return draw
+
+    def exact_fits(self, X: Tensor) -> bool:
+        r"""Whether every point's exact posterior fits the device's memory rule
+        (:func:`~botorch_sketch.models.budget.exact_fits_memory`) under the
+        ``"device"`` budget; always under a given budget, which bounds ``n``
+        already (the shortcut needs ``n <= cap``)."""
+        if self.memory_budget_gb is not None:
+            return True
+        if self.max_dictionary_size != DEVICE_BUDGET:
+            return True
+        return exact_fits_memory(device_facts(X.device, X.dtype), X.shape[-2])
 
     def exact_is_cheaper(self, draw: SketchDraw, X: Tensor) -> bool:
         r"""Whether every point replaces a draw the device budget stopped short.

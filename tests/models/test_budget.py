@@ -306,3 +306,28 @@ def test_every_point_when_the_capped_sketch_misses_and_exact_costs_less(monkeypa
     rate["flops"] = 3e6  # the cap is a few tens: E(300) > F(cap)
     slow = NystromGP(X, Y, dictionary_policy=policy)
     assert slow.dictionary_size < 100 and slow.dictionary_capped
+
+
+def test_a_draw_that_keeps_most_points_goes_exact_only_where_it_fits(monkeypatch):
+    """A draw keeping most of the n <= cap points becomes every point (the exact
+    posterior) only where the exact posterior's n x n blocks fit the memory
+    rule; with memory for the sketch's blocks but not for those, the draw stays."""
+    X, Y = data(300)
+    memory = {"bytes": 2**40}
+
+    def fake(device="cpu", dtype=torch.float64):
+        return DeviceFacts(CPU_FLOP_RATE, memory["bytes"], 8)
+
+    monkeypatch.setattr(dictionary_policy, "device_facts", fake)
+    monkeypatch.setattr(nystrom_fit, "device_facts", fake)
+    policy = LeverageScorePolicy(seed=0, exact_max_n=0, q_bar=10.0)  # ~240 of 300
+    model = NystromGP(X, Y, dictionary_policy=policy)
+    assert model.dictionary_size == 300
+    assert model.dictionary_report["exact_reason"] == "the draw kept most points"
+    # Room for 2 blocks of 300 x 300 (the sketch at m = n) but not for 4.
+    memory["bytes"] = int(2 * 3 * 300 * 300 * 8)
+    assert device_dictionary_cap(fake(), 300, 2) >= 300
+    assert not budget.exact_fits_memory(fake(), 300)
+    model = NystromGP(X, Y, dictionary_policy=policy)
+    assert model.dictionary_size < 300
+    assert model.dictionary_report["exact_reason"] is None
