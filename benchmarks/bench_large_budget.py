@@ -56,17 +56,19 @@ batches of ``--batch``):
 Each finished run appends one row to the CSV (``--csv``; a run already there is
 skipped, so an interrupted suite resumes): the best noiseless value among the
 points evaluated so far after every evaluation (``best_curve``), the cumulative
-CPU seconds after every batch (``cpu_curve``, ``evaluations:seconds``), and where
-the CPU time went: ``fit`` (model fitting), ``gen`` (acquisition / candidate
-selection), ``ax`` (the rest of Ax's generation and the completion of trials),
-``evaluate`` (the objective). Ax runs complete each batch with
-:func:`botorch_sketch.ax.complete_trials` (one data update per batch;
-``--completion trial``: one ``client.complete_trial`` per trial, whose cost
-grows with the number of trials, as every row before 2026-11-27 21:30 UTC,
-column ``completion`` empty). CPU seconds are ``time.process_time`` with one
-torch thread. ``--report`` writes ``large_budget.md`` (median and quartiles per
-problem, budget and batch, and the draft "which strategy" table) and one
-``large_budget_<problem>.png`` per problem from every ``large_budget*.csv``.
+CPU seconds after every batch (``cpu_curve``, ``evaluations:seconds``), and
+where the CPU time went: ``fit`` (model fitting; for ``turbo-bkb`` the region
+model's, recorded since 2026-11-27 22:00 UTC, before which it counted as
+``ax``), ``gen`` (acquisition / candidate selection), ``ax`` (the rest of Ax's
+generation and the completion of trials), ``evaluate`` (the objective). Ax runs
+complete each batch with :func:`botorch_sketch.ax.complete_trials` (one data
+update per batch; ``--completion trial``: one ``client.complete_trial`` per
+trial, whose cost grows with the number of trials, as every row before
+2026-11-27 21:30 UTC, column ``completion`` empty). CPU seconds are
+``time.process_time`` with one torch thread. ``--report`` writes
+``large_budget.md`` (median and quartiles per problem, budget and batch, and the
+draft "which strategy" table) and one ``large_budget_<problem>.png`` per problem
+from every ``large_budget*.csv``.
 
 Usage::
 
@@ -385,9 +387,15 @@ def run_ax(
     values, after = [], []
     gen_s = eval_s = complete_s = 0.0
     capped = False
-    with harness.method_cpu(
-        (SketchBoTorchGenerator, BoTorchGenerator), ("fit", "gen")
-    ) as inside:
+    from botorch_sketch.ax import turbo
+
+    region = ("fit_region_model", "generate_batch")
+    with (
+        harness.method_cpu(
+            (SketchBoTorchGenerator, BoTorchGenerator), ("fit", "gen")
+        ) as inside,
+        harness.method_cpu((turbo,), region) as turbo_cpu,
+    ):
         while len(values) < budget:
             if method == "ax-default" and time.perf_counter() - wall0 > cap_s:
                 capped = True
@@ -427,10 +435,12 @@ def run_ax(
                     after[-1][1],
                     min(values),
                 )
-    model = inside["fit"] + inside["gen"]
+    fit = inside["fit"] + turbo_cpu["fit_region_model"]
+    gen = inside["gen"] + turbo_cpu["generate_batch"]
+    model = fit + gen
     cpu = {
-        "fit": inside["fit"],
-        "gen": inside["gen"],
+        "fit": fit,
+        "gen": gen,
         "ax": gen_s + complete_s - model,
         "evaluate": eval_s,
     }

@@ -121,13 +121,15 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
 
 @contextmanager
 def method_cpu(
-    classes: Sequence[type], names: Sequence[str]
+    classes: Sequence[Any], names: Sequence[str]
 ) -> Iterator[dict[str, float]]:
     """Within the block, add the CPU seconds of calls to the methods ``names`` of
-    ``classes`` to the yielded dict (key: the method's name).
+    ``classes`` (classes, or modules for their functions) to the yielded dict
+    (key: the method's name).
 
     Each class's own definitions are wrapped (a class that does not define a
-    method is skipped) and restored on exit. A call made from inside another
+    method is skipped) and restored on exit; a module's functions are wrapped
+    where the module looks them up. A call made from inside another
     timed call (an override calling ``super()``) is not counted twice.
     """
     totals = {name: 0.0 for name in names}
