@@ -59,7 +59,13 @@ from torch import Tensor
 from torch.quasirandom import SobolEngine
 
 from botorch_sketch.generation.thompson import EmbeddingThompsonSampling
-from botorch_sketch.models.budget import device_facts, device_fit_subset_size
+from botorch_sketch.models.budget import (
+    device_affords_exact,
+    device_dictionary_cap,
+    device_facts,
+    device_fit_subset_size,
+)
+from botorch_sketch.models.dictionary_policy import DEVICE_BUDGET
 from botorch_sketch.models.fit_options import DEFAULT_FIT_SUBSET_SIZE, DEVICE_SUBSET
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.trust_region.state import TrustRegionState
@@ -76,6 +82,7 @@ __all__ = [
     "region_bounds",
     "region_covar_module",
     "region_fit_subset_size",
+    "region_is_exact",
 ]
 
 #: Expected number of perturbed coordinates per candidate (``min(1, 20 / d)``).
@@ -145,6 +152,28 @@ def region_covar_module(dim: int) -> Kernel:
     return kernel
 
 
+def region_is_exact(X: Tensor) -> bool:
+    r"""Whether the region model on ``X`` (``n x d``) uses every point (the exact
+    GP) under the ``"device"`` dictionary budget: where the device affords the
+    exact posterior, ``E(n) <= F(cap)`` and its ``n x n`` blocks fit
+    (:func:`~botorch_sketch.models.budget.device_affords_exact`; one CPU thread:
+    up to about 2,900 points at ``d = 10``).
+
+    A region's model is rebuilt at every call and its posterior sampled once
+    jointly over the candidates, so there the sketch saves nothing the exact
+    posterior would cost; and on a short-lengthscale, noisy objective an
+    uncapped leverage-score draw of a few hundred points can miss structure
+    that TuRBO's exact GP keeps. The global models keep
+    :class:`~botorch_sketch.models.dictionary_policy.LeverageScorePolicy`'s
+    rule (exact up to ``exact_max_n``, or where a capped draw misses its
+    accuracy criterion), since an acquisition function evaluates their
+    posterior thousands of times.
+    """
+    facts = device_facts(X.device, X.dtype)
+    n, d = X.shape[-2], X.shape[-1]
+    return device_affords_exact(facts, n, d, device_dictionary_cap(facts, n, d))
+
+
 def default_num_candidates(dim: int) -> int:
     r"""TuRBO's candidate count, ``min(5000, max(2000, 200 d))``."""
     return min(5000, max(2000, 200 * dim))
@@ -168,7 +197,10 @@ def fit_region_model(
         **model_options: Further ``NystromGP`` options (``q_bar``,
             ``max_dictionary_size``, ...). ``fit_subset_size="device"`` (also
             the default) is resolved by :func:`region_fit_subset_size`; the
-            default ``covar_module`` is :func:`region_covar_module`.
+            default ``covar_module`` is :func:`region_covar_module`; under the
+            ``"device"`` dictionary budget (and no ``dictionary``,
+            ``dictionary_policy`` or ``memory_budget_gb``) the model uses every
+            point where :func:`region_is_exact`.
 
     Returns:
         The fitted model (hyperparameters and dictionary).
@@ -176,6 +208,14 @@ def fit_region_model(
     subset = model_options.get("fit_subset_size", DEFAULT_FIT_SUBSET_SIZE)
     if subset == DEVICE_SUBSET:
         model_options = {**model_options, "fit_subset_size": region_fit_subset_size(X)}
+    if (
+        model_options.get("dictionary") is None
+        and model_options.get("dictionary_policy") is None
+        and model_options.get("memory_budget_gb") is None
+        and model_options.get("max_dictionary_size", DEVICE_BUDGET) == DEVICE_BUDGET
+        and region_is_exact(X)
+    ):
+        model_options = {**model_options, "dictionary": "all"}
     if model_options.get("covar_module") is None:
         model_options = {
             **model_options,

@@ -207,3 +207,28 @@ def test_region_model_takes_the_region_kernel_unless_given_one():
     assert model.covar_module.lengthscale.dtype == torch.float64
     given = MaternKernel(ard_num_dims=3)
     assert fit_region_model(X, Y, seed=0, covar_module=given).covar_module is given
+
+
+def test_region_model_is_exact_where_the_device_affords_it(monkeypatch):
+    """Above exact_max_n the region model uses every point while the device
+    affords the exact posterior; past that (a slow fake device), or under a
+    user's fixed budget, the leverage-score sketch."""
+    from botorch_sketch.models import budget
+    from botorch_sketch.trust_region import candidates
+
+    g = torch.Generator().manual_seed(2)
+    X = torch.rand(120, 2, generator=g, dtype=torch.float64)
+    Y = torch.sin(12 * X).sum(-1, keepdim=True)
+    options = {"seed": 0, "exact_max_n": 20, "q_bar": 1.0}
+    assert candidates.region_is_exact(X)
+    model = fit_region_model(X, Y, **options)
+    assert model.dictionary_size == 120
+    assert model.dictionary_report["exact_reason"] == "dictionary='all'"
+    sketch = fit_region_model(X, Y, max_dictionary_size=60, **options)
+    assert sketch.dictionary_size <= 60
+    slow = budget.DeviceFacts(1e5, 2**34, 8)
+    monkeypatch.setattr(candidates, "device_facts", lambda device, dtype: slow)
+    assert not candidates.region_is_exact(X)
+    assert not budget.device_affords_exact(
+        slow, 120, 2, budget.device_dictionary_cap(slow, 120, 2)
+    )
