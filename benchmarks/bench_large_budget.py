@@ -43,6 +43,13 @@ batches of ``--batch``):
   (:func:`botorch_sketch.trust_region.candidates.region_covar_module`, commit
   acce6a9), run with one ``client.complete_trial`` per trial; every
   ``turbo-bkb*`` row of earlier commits was relabelled so.
+- ``<name>-sketch500`` (rows only, not runnable): a ``turbo-bkb`` variant with
+  log-space lengthscales and batch completion, before its region model used
+  every point wherever the device affords the exact posterior
+  (:func:`botorch_sketch.trust_region.candidates.region_is_exact`, commit
+  0f72e98; before it, a region above ``exact_max_n = 500`` points was a
+  leverage-score sketch unless a capped draw missed its accuracy criterion).
+  Where no region grew past 500 points its rows equal the new default's.
 - ``bbkb-basin0.34``: ``"bbkb"`` with ``basin_share=0.34`` (a 3-point Thompson fill,
   batches of 8, gets one point in another basin; 0.25 gives none).
 - ``bbkb-before-turns`` (rows only, not runnable): ``"bbkb"`` before the basin
