@@ -95,8 +95,10 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("benchmarks/bench_ax_long_run.py", ()),
     # Issue 24: large budgets (TuRBO-1, "bbkb", "turbo-bkb", Ax's default, Sobol),
-    # the 10-seed stall check and repeats on discrete spaces.
+    # completing trials per batch, the 10-seed stall check and repeats on discrete
+    # spaces.
     ("benchmarks/bench_large_budget.py", ()),
+    ("benchmarks/bench_completion.py", ()),
     ("benchmarks/bench_turbo_bkb.py", ()),
     ("benchmarks/bench_stall.py", ()),
     ("benchmarks/bench_discrete_repeats.py", ()),
