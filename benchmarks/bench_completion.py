@@ -38,8 +38,6 @@ def run(trials: int, batch: int, mode: str, seed: int = 0) -> tuple[dict, object
     """Cumulative completion CPU seconds after every 1,000 trials, and the data."""
     from ax import Client, RangeParameterConfig
 
-    from botorch_sketch.ax import complete_trials
-
     client = Client(random_seed=seed)
     client.configure_experiment(
         parameters=[
@@ -65,11 +63,7 @@ def run(trials: int, batch: int, mode: str, seed: int = 0) -> tuple[dict, object
         ]
         results = {i: {"f": float(rng.random())} for i in indices}
         t0 = time.process_time()
-        if mode == "batch":
-            complete_trials(client, results)
-        else:
-            for index, raw in results.items():
-                client.complete_trial(index, raw_data=raw)
+        harness.complete(client, results, mode)
         _ = client._experiment.lookup_data().df  # the next gen reads the data once
         spent += time.process_time() - t0
         n = len(client._experiment.trials)

@@ -370,7 +370,6 @@ def run_ax(
     from ax.generators.torch.botorch_modular.generator import BoTorchGenerator
 
     from botorch_sketch.ax import (
-        complete_trials,
         get_generation_strategy,
         get_next_batch,
     )
@@ -424,11 +423,7 @@ def run_ax(
                 results[index] = {"f": float(y)}
                 values.append(float(f))
             t3 = time.process_time()
-            if completion == "batch":
-                complete_trials(client, results)
-            else:
-                for index, raw in results.items():
-                    client.complete_trial(index, raw_data=raw)
+            harness.complete(client, results, completion)
             complete_s += time.process_time() - t3
             eval_s += t3 - t2
             after.append((len(values), time.process_time() - cpu0))

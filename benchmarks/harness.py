@@ -163,6 +163,19 @@ def method_cpu(
             setattr(cls, name, fn)
 
 
+def complete(client: Any, results: dict[int, dict], mode: str) -> None:
+    """Complete Ax trials ``{index: raw_data}``: all at once with
+    ``botorch_sketch.ax.complete_trials`` (``mode="batch"``) or one
+    ``client.complete_trial`` per trial (``"trial"``)."""
+    from botorch_sketch.ax import complete_trials
+
+    if mode == "batch":
+        complete_trials(client, results)
+        return
+    for index, raw in results.items():
+        client.complete_trial(index, raw_data=raw)
+
+
 def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     """Write ``rows`` (dicts; the union of their keys, in first-seen order)."""
     fields: list[str] = []
