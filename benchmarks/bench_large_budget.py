@@ -369,10 +369,7 @@ def run_ax(
     from ax import Client
     from ax.generators.torch.botorch_modular.generator import BoTorchGenerator
 
-    from botorch_sketch.ax import (
-        get_generation_strategy,
-        get_next_batch,
-    )
+    from botorch_sketch.ax import get_generation_strategy, get_next_batch, turbo
     from botorch_sketch.ax.generator import SketchBoTorchGenerator
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -393,8 +390,6 @@ def run_ax(
     values, after = [], []
     gen_s = eval_s = complete_s = 0.0
     capped = False
-    from botorch_sketch.ax import turbo
-
     region = ("fit_region_model", "generate_batch")
     with (
         harness.method_cpu(

@@ -318,14 +318,19 @@ class LeverageScorePolicy(DictionaryPolicy):
             )
         return draw
 
+    @property
+    def device_budgeted(self) -> bool:
+        r"""Whether the budget is the device's: ``max_dictionary_size="device"``
+        and no ``memory_budget_gb``."""
+        budget = self.max_dictionary_size
+        return budget == DEVICE_BUDGET and self.memory_budget_gb is None
+
     def exact_fits(self, X: Tensor) -> bool:
         r"""Whether every point's exact posterior fits the device's memory rule
         (:func:`~botorch_sketch.models.budget.exact_fits_memory`) under the
         ``"device"`` budget; always under a given budget, which bounds ``n``
         already (the shortcut needs ``n <= cap``)."""
-        if self.memory_budget_gb is not None:
-            return True
-        if self.max_dictionary_size != DEVICE_BUDGET:
+        if not self.device_budgeted:
             return True
         return exact_fits_memory(device_facts(X.device, X.dtype), X.shape[-2])
 
@@ -337,12 +342,7 @@ class LeverageScorePolicy(DictionaryPolicy):
         checked: a redraw) and the exact posterior costs no more than the sketch
         at the cap (:func:`~botorch_sketch.models.budget.device_affords_exact`).
         """
-        if (
-            self.max_dictionary_size != DEVICE_BUDGET
-            or self.memory_budget_gb is not None
-            or not draw.capped
-            or draw.cap is None
-        ):
+        if not self.device_budgeted or not draw.capped or draw.cap is None:
             return False
         tol, rho = self.residual_tolerance, draw.residual
         if tol is not None and rho is not None and rho <= tol:
