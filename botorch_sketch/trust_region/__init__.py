@@ -7,6 +7,7 @@ candidates by Thompson sampling of a ``NystromGP``'s posterior
 
 from botorch_sketch.trust_region.candidates import (
     THOMPSON_SAMPLERS,
+    default_num_candidates,
     fit_region_model,
     generate_batch,
     incumbent,
@@ -23,6 +24,7 @@ from botorch_sketch.trust_region.state import (
 __all__ = [
     "THOMPSON_SAMPLERS",
     "TrustRegionState",
+    "default_num_candidates",
     "fit_region_model",
     "generate_batch",
     "incumbent",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from ax import Client, RangeParameterConfig
+from ax import ChoiceParameterConfig, Client, RangeParameterConfig
 from botorch.test_functions import Hartmann
 from torch.quasirandom import SobolEngine
 
@@ -14,6 +14,8 @@ from botorch_sketch.ax import (
     list_generation_strategies,
     strategy_options,
 )
+from botorch_sketch.ax.turbo import search_dimension
+from botorch_sketch.trust_region import default_num_candidates
 from tests.ax.helpers import evaluate, make_client, run_trials
 
 
@@ -112,6 +114,41 @@ def test_batch_size_caps_the_batch_and_integers_are_integers():
             )
     # 4 Sobol trials, then batches of batch_size = 3 < max_batch_size.
     assert len(client._experiment.trials) == 4 + 3 * 3
+
+
+def test_search_dimension_counts_a_one_hot_categorical_once():
+    names = ["x", "k", "c_OH_PARAM_0", "c_OH_PARAM_1", "c_OH_PARAM_2", "b_OH_PARAM_0"]
+    assert search_dimension(names) == 4
+    assert search_dimension(["x0", "x1"]) == 2
+
+
+def test_categoricals_get_the_defaults_of_their_parameter_count():
+    # 1 float and 2 six-level categoricals: 13 one-hot model columns, 3 parameters.
+    levels = [str(i) for i in range(6)]
+    client = Client(random_seed=0)
+    client.configure_experiment(
+        parameters=[
+            RangeParameterConfig(name="x", parameter_type="float", bounds=(0.0, 1.0)),
+            *(
+                ChoiceParameterConfig(name=c, parameter_type="str", values=levels)
+                for c in ("a", "b")
+            ),
+        ]
+    )
+    client.configure_optimization(objective="-f")
+    client.set_generation_strategy(
+        get_generation_strategy("turbo-bkb", initialization_budget=8, batch_size=4)
+    )
+    for _ in range(3):  # 8 Sobol points, then a region model (2 d = 6 points)
+        for index, p in get_next_batch(client, max_batch_size=4).items():
+            assert p["a"] in levels and p["b"] in levels
+            value = (p["x"] - 0.3) ** 2 + (p["a"] != "2") + (p["b"] != "4")
+            client.complete_trial(index, raw_data={"f": value})
+    meta = last_metadata(client)
+    assert default_num_candidates(13) > default_num_candidates(3) == 2000
+    assert meta["num_candidates"] == 2000
+    run = client._generation_strategy._generator_runs[-1]
+    assert run._generator_state_after_gen["region_state"]["trust_region"]["dim"] == 3
 
 
 @pytest.mark.parametrize("region_fit", ["cold", "warm"])
