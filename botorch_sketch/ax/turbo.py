@@ -280,7 +280,9 @@ class TurboGenerator(TorchGenerator):
                 region_X, region_Y, warm_start=sketch if warm else None,
                 **{"seed": self.seed, **self.model_options},
             )  # fmt: skip
-            state = self._update(state, model, region_X, region_Y, seen - start)
+            state = self._update(
+                state, model, region_X, region_Y, seen - start, min_region_points(dims)
+            )
             if state.restart_triggered:
                 logger.info("turbo-bkb: region restarts after %d points.", num_obs)
                 state, start, sketch = restart_state(state), num_obs, None
@@ -350,15 +352,22 @@ class TurboGenerator(TorchGenerator):
         X: Tensor,
         Y: Tensor,
         old: int,
+        design: int,
     ) -> TrustRegionState:
         r"""Count the last batch (rows ``old:`` of the region) as a success or a
         failure, comparing posterior means of the same model (``incumbent="mean"``)
-        or the observed values (``"observed"``)."""
+        or the observed values (``"observed"``).
+
+        A region of fewer than ``design`` rows at the previous call had no model
+        (its points were the space-filling design, with Ax's initial Sobol trials
+        in the first region): the rows that arrived since complete the design
+        and set the incumbent only, as in TuRBO, instead of counting as a
+        success over the first few points."""
         if self.incumbent == "observed":
             best = lambda rows: float(Y[rows].max())  # noqa: E731
         else:
             best = lambda rows: incumbent(model, X[rows])[1]  # noqa: E731
-        if old <= 0 or old >= X.shape[0]:  # first model of the region, or no batch
+        if old < design or old >= X.shape[0]:  # the region's design, or no batch
             return replace(state, best_value=best(slice(None)))
         before, batch = best(slice(None, old)), best(slice(old, None))
         return update_state(replace(state, best_value=before), batch)

@@ -151,6 +151,31 @@ def test_categoricals_get_the_defaults_of_their_parameter_count():
     assert run._generator_state_after_gen["region_state"]["trust_region"]["dim"] == 3
 
 
+def test_the_design_completing_batch_sets_the_incumbent_and_counts_nothing():
+    # Branin (d = 2, design 2 d = 4): 2 Sobol trials, then the region's own
+    # design of 6 points; the call after it fits the first model. Those 6 points
+    # against the first 2 count neither as a success nor as a failure (TuRBO
+    # counts the batches after its design).
+    client = make_client("turbo-bkb", initialization_budget=2, num_candidates=200)
+    run_trials(client, "branin", total=2)
+    for index, p in get_next_batch(client, max_batch_size=6).items():
+        client.complete_trial(index, raw_data=evaluate("branin", p))
+    assert last_metadata(client)["design"] == "sobol"
+    get_next_batch(client, max_batch_size=6)
+    run = client._generation_strategy._generator_runs[-1]
+    region = run._generator_state_after_gen["region_state"]["trust_region"]
+    values = [
+        -float(t.lookup_data().df["mean"].iloc[0])
+        for t in client._experiment.trials.values()
+        if t.status.is_completed
+    ]
+    assert len(values) == 8
+    assert region["length"] == 0.8 and region["success_counter"] == 0
+    assert region["failure_counter"] == 0
+    assert region["best_value"] == pytest.approx(max(values))
+    assert "design" not in last_metadata(client)
+
+
 @pytest.mark.parametrize("region_fit", ["cold", "warm"])
 def test_json_save_load_mid_run_continues_with_the_same_arms(tmp_path, region_fit):
     options = {
