@@ -62,7 +62,6 @@ from typing import Any
 import torch
 from ax.adapter.registry import GeneratorRegistryBase, GeneratorSetup, MBM_X_trans
 from ax.adapter.torch import TorchAdapter
-from ax.adapter.transforms.one_hot import OH_PARAM_INFIX
 from ax.core.search_space import SearchSpaceDigest
 from ax.exceptions.core import SearchSpaceExhausted, UnsupportedError
 from ax.generators.torch.botorch_modular.surrogate import SurrogateSpec
@@ -92,7 +91,6 @@ __all__ = [
     "TURBO_OPTIONS",
     "TurboGenerator",
     "TurboGenerators",
-    "search_dimension",
     "turbo_generator_kwargs",
 ]
 
@@ -134,9 +132,9 @@ class TurboGenerator(TorchGenerator):
             failure_tolerance, improvement_tolerance: As
             :class:`~botorch_sketch.trust_region.TrustRegionState`.
         num_candidates: Thompson-sampling candidates per batch (``None``:
-            ``min(5000, max(2000, 200 d))``). Here and in the failure tolerance
-            ``d`` counts parameters, a one-hot encoded categorical once
-            (:func:`search_dimension`).
+            ``min(5000, max(2000, 200 d))``, ``d`` the model space's width: a
+            one-hot encoded categorical counts one column per value; counting
+            it once gave fewer candidates and worse optima on a mixed space).
         thompson: ``"joint"`` (samples of the joint posterior over the
             candidates) or ``"embedding"`` (``O(A m)``, independent Nyström
             residual), see :func:`~botorch_sketch.trust_region.generate_batch`.
@@ -257,13 +255,12 @@ class TurboGenerator(TorchGenerator):
         self._sign = sign
         X, Y = self._X, sign * self._Y
         num_obs, d = X.shape
-        dims = search_dimension(search_space_digest.feature_names)
         q = n if self.batch_size is None else min(n, self.batch_size)
         saved = self.region_state or {}
         if "trust_region" in saved:
             state = TrustRegionState.from_dict(saved["trust_region"])
         else:
-            state = TrustRegionState(dim=dims, batch_size=q, **self.settings)
+            state = TrustRegionState(dim=d, batch_size=q, **self.settings)
         start = int(saved.get("region_start", 0))
         seen = int(saved.get("num_seen", 0))
         sketch = saved.get("sketch_state")
@@ -275,13 +272,13 @@ class TurboGenerator(TorchGenerator):
         feasible = self._feasibility(torch_opt_config)
         region_X, region_Y = X[start:], Y[start:]
         warm = self.region_fit == "warm"
-        if region_X.shape[0] >= min_region_points(dims):
+        if region_X.shape[0] >= min_region_points(d):
             model = fit_region_model(
                 region_X, region_Y, warm_start=sketch if warm else None,
                 **{"seed": self.seed, **self.model_options},
             )  # fmt: skip
             state = self._update(
-                state, model, region_X, region_Y, seen - start, min_region_points(dims)
+                state, model, region_X, region_Y, seen - start, min_region_points(d)
             )
             if state.restart_triggered:
                 logger.info("turbo-bkb: region restarts after %d points.", num_obs)
@@ -294,7 +291,7 @@ class TurboGenerator(TorchGenerator):
         points = X.new_zeros(0, d)
         if self.surrogate.model is not None and start < num_obs:
             model = self._hallucinate(self.surrogate.model, torch_opt_config)
-            num = self.num_candidates or default_num_candidates(dims)
+            num = self.num_candidates or default_num_candidates(d)
             info["num_candidates"] = num
             points = generate_batch(
                 model, state, X[start:], q, num_candidates=num,
@@ -460,26 +457,6 @@ class RegionData:
 def min_region_points(dim: int) -> int:
     r"""Points a region needs before its first model: ``2 d`` (TuRBO's design)."""
     return 2 * dim
-
-
-def search_dimension(feature_names: Sequence[str]) -> int:
-    r"""The number of search-space parameters behind Ax's model-space features.
-
-    Ax's ``OneHot`` transform turns a categorical parameter ``c`` with ``k``
-    values into ``k`` columns ``c_OH_PARAM_0 ... c_OH_PARAM_{k-1}``; these count
-    once here. TuRBO's ``d``-dependent defaults (candidates ``200 d``, failure
-    tolerance ``d / q``, design ``2 d``) are rules per searched parameter, so a
-    space of 6 floats, 2 integers and 2 five-level categoricals (18 model
-    columns) gets the defaults of ``d = 10``, as it would relaxed to one column
-    per parameter.
-
-    Args:
-        feature_names: ``SearchSpaceDigest.feature_names`` (model space).
-
-    Returns:
-        The parameter count (``len(feature_names)`` without one-hot columns).
-    """
-    return len({name.split(OH_PARAM_INFIX)[0] for name in feature_names})
 
 
 def _sobol(num: int, dim: int, seed: int) -> Tensor:
