@@ -441,7 +441,17 @@ def run_ax(
         "ax": gen_s + complete_s - model,
         "evaluate": eval_s,
     }
-    return RunOutput(values, cpu, after, capped=capped)
+    return RunOutput(values, cpu, after, capped=capped, restarts=_restarts(client))
+
+
+def _restarts(client: Any) -> int | None:
+    """The trust-region restarts of a "turbo-bkb" run (its last generator run's
+    ``gen_metadata``); ``None`` for other strategies."""
+    for trial in reversed(list(client._experiment.trials.values())):
+        for run in trial.generator_runs:
+            if "restarts" in (run.gen_metadata or {}):
+                return int(run.gen_metadata["restarts"])
+    return None
 
 
 # -------------------------------------------------------------------------------
