@@ -7,8 +7,10 @@ NeurIPS 2019) with the sketched GP as the region's model
 1. **fit**: the observations, inputs scaled to the unit cube by the search
    space's bounds, values signed so that larger is better.
 2. **gen**: the observations that arrived since the last call are the last
-   batch. A ``NystromGP`` is fitted on the current region's data: from its
-   initial hyperparameters at every call (``region_fit="cold"``, TuRBO's
+   batch (or, when the previous call had no model, the rest of the region's
+   design, which sets the incumbent and counts neither way). A ``NystromGP``
+   is fitted on the current region's data: from its initial hyperparameters at
+   every call (``region_fit="cold"``, TuRBO's
    choice), or warm-started from the previous call's sketch and refitted on
    :class:`~botorch_sketch.models.NystromGP`'s schedule (``"warm"``: cheaper, but
    a region shrinks onto structure the previous hyperparameters do not describe,
