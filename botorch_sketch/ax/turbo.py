@@ -262,7 +262,12 @@ class TurboGenerator(TorchGenerator):
         if "trust_region" in saved:
             state = TrustRegionState.from_dict(saved["trust_region"])
         else:
-            state = TrustRegionState(dim=d, batch_size=q, **self.settings)
+            state = TrustRegionState(
+                dim=d,
+                batch_size=q,
+                length=self.settings["length_init"],
+                **self.settings,
+            )
         start = int(saved.get("region_start", 0))
         seen = int(saved.get("num_seen", 0))
         sketch = saved.get("sketch_state")

@@ -169,6 +169,19 @@ def test_the_design_completing_batch_sets_the_incumbent_and_counts_nothing():
     assert "design" not in last_metadata(client)
 
 
+def test_the_first_region_starts_at_length_init():
+    client = make_client(
+        "turbo-bkb", initialization_budget=4, length_init=0.4, num_candidates=200
+    )
+    run_trials(client, "branin", total=4)
+    get_next_batch(client, max_batch_size=4)
+    run = client._generation_strategy._generator_runs[-1]
+    region = run._generator_state_after_gen["region_state"]["trust_region"]
+    assert region["length_init"] == 0.4
+    # The first model only sets the incumbent: the side is still length_init.
+    assert region["length"] == 0.4 == last_metadata(client)["length"]
+
+
 @pytest.mark.parametrize("region_fit", ["cold", "warm"])
 def test_json_save_load_mid_run_continues_with_the_same_arms(tmp_path, region_fit):
     options = {
