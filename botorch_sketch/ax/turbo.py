@@ -186,7 +186,7 @@ class TurboGenerator(TorchGenerator):
             "improvement_tolerance": float(improvement_tolerance),
         }
         # Validates the settings (d and q are placeholders here).
-        TrustRegionState(dim=1, batch_size=1, length=length_init, **self.settings)
+        TrustRegionState(dim=1, batch_size=1, **self.settings)
         if region_state is not None and not isinstance(region_state, dict):
             raise ValueError(
                 f"region_state must be a dict, got {type(region_state).__name__}."
@@ -262,12 +262,7 @@ class TurboGenerator(TorchGenerator):
         if "trust_region" in saved:
             state = TrustRegionState.from_dict(saved["trust_region"])
         else:
-            state = TrustRegionState(
-                dim=d,
-                batch_size=q,
-                length=self.settings["length_init"],
-                **self.settings,
-            )
+            state = TrustRegionState(dim=d, batch_size=q, **self.settings)
         start = int(saved.get("region_start", 0))
         seen = int(saved.get("num_seen", 0))
         sketch = saved.get("sketch_state")
@@ -518,7 +513,7 @@ def turbo_generator_kwargs(
         settings.pop("incumbent"),
         settings.pop("region_fit"),
     )
-    TrustRegionState(dim=1, batch_size=1, length=settings["length_init"], **settings)
+    TrustRegionState(dim=1, batch_size=1, **settings)
     model_options = {"seed": opts["seed"]}
     model_options.update({key: opts[key] for key in model_keys if key in opts})
     return {

@@ -41,7 +41,8 @@ class TrustRegionState:
     Attributes:
         dim: Input dimension ``d``.
         batch_size: Points per batch ``q`` (sets the default ``tau_fail``).
-        length: Current base side length ``L`` (unit cube).
+        length: Current base side length ``L`` (unit cube; ``None``:
+            ``length_init``, a fresh region).
         length_init: ``L`` of a fresh region.
         length_min: Restart once ``L`` falls below this.
         length_max: Cap on ``L`` when expanding.
@@ -57,7 +58,7 @@ class TrustRegionState:
 
     dim: int
     batch_size: int
-    length: float = 0.8
+    length: float | None = None
     length_init: float = 0.8
     length_min: float = 0.5**7
     length_max: float = 1.6
@@ -70,6 +71,8 @@ class TrustRegionState:
     restarts: int = 0
 
     def __post_init__(self) -> None:
+        if self.length is None:
+            object.__setattr__(self, "length", self.length_init)
         for key in ("dim", "batch_size", "success_tolerance"):
             _positive_int(getattr(self, key), key)
         if self.failure_tolerance is None:
@@ -82,7 +85,7 @@ class TrustRegionState:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{key} must be a non-negative int, got {value!r}.")
-        for key in ("length", "length_init", "length_min", "length_max"):
+        for key in ("length_init", "length", "length_min", "length_max"):
             value = getattr(self, key)
             if not _is_number(value) or not math.isfinite(value) or value <= 0:
                 raise ValueError(f"{key} must be a finite number > 0, got {value!r}.")

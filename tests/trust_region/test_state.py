@@ -82,6 +82,14 @@ def test_json_round_trip():
     assert TrustRegionState.from_dict(json.loads(json.dumps(fresh.to_dict()))) == fresh
 
 
+def test_a_fresh_region_starts_at_length_init():
+    assert TrustRegionState(dim=2, batch_size=1).length == 0.8
+    assert TrustRegionState(dim=2, batch_size=1, length_init=0.4).length == 0.4
+    state = TrustRegionState(dim=2, batch_size=1, length_init=0.4, length=0.1)
+    assert state.length == 0.1
+    assert TrustRegionState.from_dict(state.to_dict()) == state
+
+
 @pytest.mark.parametrize(
     ("options", "match"),
     [
