@@ -59,15 +59,11 @@ from torch import Tensor
 from torch.quasirandom import SobolEngine
 
 from botorch_sketch.generation.thompson import EmbeddingThompsonSampling
-from botorch_sketch.models.budget import (
-    device_affords_exact,
-    device_dictionary_cap,
-    device_facts,
-    device_fit_subset_size,
-)
-from botorch_sketch.models.dictionary_policy import DEVICE_BUDGET
+from botorch_sketch.models.budget import device_facts, device_fit_subset_size
+from botorch_sketch.models.dictionary_policy import LeverageScorePolicy
 from botorch_sketch.models.fit_options import DEFAULT_FIT_SUBSET_SIZE, DEVICE_SUBSET
 from botorch_sketch.models.nystrom import NystromGP
+from botorch_sketch.models.nystrom_inputs import POLICY_OPTION_DEFAULTS
 from botorch_sketch.trust_region.state import TrustRegionState
 
 __all__ = [
@@ -155,23 +151,21 @@ def region_covar_module(dim: int) -> Kernel:
 def region_is_exact(X: Tensor) -> bool:
     r"""Whether the region model on ``X`` (``n x d``) uses every point (the exact
     GP) under the ``"device"`` dictionary budget: where the device affords the
-    exact posterior, ``E(n) <= F(cap)`` and its ``n x n`` blocks fit
-    (:func:`~botorch_sketch.models.budget.device_affords_exact`; one CPU thread:
-    up to about 2,900 points at ``d = 10``).
+    exact posterior
+    (:meth:`~botorch_sketch.models.dictionary_policy.LeverageScorePolicy.affords_exact`;
+    one CPU thread: up to about 2,900 points at ``d = 10``).
 
     A region's model is rebuilt at every call and its posterior sampled once
     jointly over the candidates, so there the sketch saves nothing the exact
     posterior would cost; and on a short-lengthscale, noisy objective an
     uncapped leverage-score draw of a few hundred points can miss structure
-    that TuRBO's exact GP keeps. The global models keep
-    :class:`~botorch_sketch.models.dictionary_policy.LeverageScorePolicy`'s
-    rule (exact up to ``exact_max_n``, or where a capped draw misses its
-    accuracy criterion), since an acquisition function evaluates their
+    that TuRBO's exact GP keeps. :func:`fit_region_model` therefore gives its
+    model a policy with ``exact_when_affordable=True``. The global models keep
+    the default rule (exact up to ``exact_max_n``, or where a capped draw misses
+    its accuracy criterion), since an acquisition function evaluates their
     posterior thousands of times.
     """
-    facts = device_facts(X.device, X.dtype)
-    n, d = X.shape[-2], X.shape[-1]
-    return device_affords_exact(facts, n, d, device_dictionary_cap(facts, n, d))
+    return LeverageScorePolicy().affords_exact(X)
 
 
 def default_num_candidates(dim: int) -> int:
@@ -197,10 +191,11 @@ def fit_region_model(
         **model_options: Further ``NystromGP`` options (``q_bar``,
             ``max_dictionary_size``, ...). ``fit_subset_size="device"`` (also
             the default) is resolved by :func:`region_fit_subset_size`; the
-            default ``covar_module`` is :func:`region_covar_module`; under the
-            ``"device"`` dictionary budget (and no ``dictionary``,
-            ``dictionary_policy`` or ``memory_budget_gb``) the model uses every
-            point where :func:`region_is_exact`.
+            default ``covar_module`` is :func:`region_covar_module`; without a
+            ``dictionary`` or ``dictionary_policy``, the policy is a
+            ``LeverageScorePolicy`` of the flat options with
+            ``exact_when_affordable=True`` (every point where
+            :func:`region_is_exact`).
 
     Returns:
         The fitted model (hyperparameters and dictionary).
@@ -208,20 +203,23 @@ def fit_region_model(
     subset = model_options.get("fit_subset_size", DEFAULT_FIT_SUBSET_SIZE)
     if subset == DEVICE_SUBSET:
         model_options = {**model_options, "fit_subset_size": region_fit_subset_size(X)}
-    if (
-        model_options.get("dictionary") is None
-        and model_options.get("dictionary_policy") is None
-        and model_options.get("memory_budget_gb") is None
-        and model_options.get("max_dictionary_size", DEVICE_BUDGET) == DEVICE_BUDGET
-        and region_is_exact(X)
-    ):
-        model_options = {**model_options, "dictionary": "all"}
     if model_options.get("covar_module") is None:
         model_options = {
             **model_options,
             "covar_module": region_covar_module(X.shape[-1]).to(X),
         }
-    model = NystromGP(X, Y, seed=seed, warm_start=warm_start, **model_options)
+    if (
+        model_options.get("dictionary") is None
+        and model_options.get("dictionary_policy") is None
+    ):
+        flat = {k: v for k, v in model_options.items() if k in POLICY_OPTION_DEFAULTS}
+        model_options = {k: v for k, v in model_options.items() if k not in flat}
+        policy = LeverageScorePolicy(**flat, seed=seed, exact_when_affordable=True)
+        model = NystromGP(
+            X, Y, warm_start=warm_start, dictionary_policy=policy, **model_options
+        )
+    else:
+        model = NystromGP(X, Y, seed=seed, warm_start=warm_start, **model_options)
     fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
     return model
 

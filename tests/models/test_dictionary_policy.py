@@ -144,6 +144,7 @@ def test_every_point_reports_zero_residual():
         ({"evaluation_size": 0}, "evaluation_size"),
         ({"max_growth_rounds": -1}, "max_growth_rounds"),
         ({"seed": 1.5}, "seed"),
+        ({"exact_when_affordable": 1}, "exact_when_affordable"),
     ],
 )
 def test_bad_policy_options_name_themselves(kwargs, name):

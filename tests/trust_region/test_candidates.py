@@ -213,7 +213,7 @@ def test_region_model_is_exact_where_the_device_affords_it(monkeypatch):
     """Above exact_max_n the region model uses every point while the device
     affords the exact posterior; past that (a slow fake device), or under a
     user's fixed budget, the leverage-score sketch."""
-    from botorch_sketch.models import budget
+    from botorch_sketch.models import budget, dictionary_policy
     from botorch_sketch.trust_region import candidates
 
     g = torch.Generator().manual_seed(2)
@@ -223,12 +223,15 @@ def test_region_model_is_exact_where_the_device_affords_it(monkeypatch):
     assert candidates.region_is_exact(X)
     model = fit_region_model(X, Y, **options)
     assert model.dictionary_size == 120
-    assert model.dictionary_report["exact_reason"] == "dictionary='all'"
+    assert model.dictionary_policy.exact_when_affordable
+    reason = model.dictionary_report["exact_reason"]
+    assert reason == "the device affords the exact posterior"
     sketch = fit_region_model(X, Y, max_dictionary_size=60, **options)
     assert sketch.dictionary_size <= 60
     slow = budget.DeviceFacts(1e5, 2**34, 8)
-    monkeypatch.setattr(candidates, "device_facts", lambda device, dtype: slow)
+    monkeypatch.setattr(dictionary_policy, "device_facts", lambda device, dtype: slow)
     assert not candidates.region_is_exact(X)
+    assert fit_region_model(X, Y, **options).dictionary_size < 120
     assert not budget.device_affords_exact(
         slow, 120, 2, budget.device_dictionary_cap(slow, 120, 2)
     )
