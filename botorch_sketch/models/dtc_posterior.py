@@ -33,6 +33,7 @@ from botorch_sketch.models.nystrom_posterior import (
     cast_posterior,
     dtc_covariance,
     same_key,
+    sample_dtc_joint,
     sample_dtc_latent,
 )
 from botorch_sketch.models.validation import (
@@ -322,6 +323,59 @@ class DTCPosteriorMixin:
         if posterior_transform is not None:
             return posterior_transform(posterior)
         return posterior
+
+    def sample_joint(
+        self,
+        X: Tensor,
+        num_samples: int,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        r"""Exact joint posterior samples of the latent function at ``A`` points.
+
+        The samples of ``posterior(X).rsample``, i.e. of the DTC posterior
+        ``N(mu, K_XX - P P^T + N N^T)`` (the exact GP's with every point in the
+        dictionary), at a lower cost for large ``A``: the ``A x A`` covariance's
+        lower triangle is formed in place and factored once
+        (:func:`~botorch_sketch.models.nystrom_posterior.sample_dtc_joint`,
+        ``O(A^2 r + A^3 / 3)``). For candidate sets too large for an ``A x A``
+        matrix use :meth:`sample_latent`.
+
+        Args:
+            X: ``A x d`` points (untransformed; not for batched models).
+            num_samples: Number of joint samples.
+            generator: Optional ``torch.Generator`` (CPU).
+
+        Returns:
+            A ``num_samples x A x m`` tensor in the original outcome space.
+        """
+        if len(self._input_batch_shape) > 0:
+            raise UnsupportedError("sample_joint supports unbatched models only.")
+        validate_candidates(X, self.input_dim, num_samples)
+        self.eval()
+        with torch.no_grad():
+            Xt = self.transform_inputs(X.to(self._compute_dtype))
+            if self.num_outputs > 1:
+                Xt = Xt.unsqueeze(0).expand(self.num_outputs, *Xt.shape)
+            S = self.posterior_inducing_points()
+            offset, P, N = linalg.dtc_features(
+                self._predictor(), self.covar_module(Xt, S).to_dense()
+            )
+            samples = sample_dtc_joint(
+                self.mean_module(Xt) + offset,
+                self.covar_module(Xt).to_dense(),
+                P,
+                N,
+                num_samples,
+                generator=generator,
+                overwrite_K=True,
+            )  # num_samples x (m) x A
+            if self.num_outputs > 1:
+                samples = samples.transpose(-1, -2)
+            else:
+                samples = samples.unsqueeze(-1)
+            if hasattr(self, "outcome_transform"):
+                samples, _ = self.outcome_transform.untransform(samples)
+        return samples.to(self.data_dtype)
 
     def sample_latent(
         self,

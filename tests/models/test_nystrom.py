@@ -389,6 +389,43 @@ class TestNystromGPDictionary(BotorchTestCase):
         again = EmbeddingThompsonSampling(model, replacement=False, seed=1)(cand, 5)
         self.assertTrue(torch.equal(picks, again))
 
+    def test_joint_samples_are_the_posteriors(self):
+        # sample_joint draws mean + L eps with L the Cholesky factor of the
+        # posterior's joint covariance and eps ~ (A x S) from the generator: the
+        # same draws as a reference built from posterior(X) (a sketched model with
+        # an outcome transform; an exact-dictionary model against SingleTaskGP),
+        # at 12 points whose covariance is well conditioned (the factor of a
+        # nearly singular one depends on rounding).
+        from linear_operator.utils.cholesky import psd_safe_cholesky
+
+        X, Y = make_data(n=60)
+        cand = torch.rand(12, 2, generator=torch.Generator().manual_seed(4), dtype=DT)
+        sketched = NystromGP(
+            X, Y, dictionary=torch.arange(0, 60, 3), outcome_transform=Standardize(1)
+        ).eval()
+        every = NystromGP(X, Y, dictionary="all").eval()
+        pairs = [(sketched, sketched), (every, exact_twin(every, X, Y))]
+        for model, reference in pairs:
+            g9 = torch.Generator().manual_seed(9)
+            got = model.sample_joint(cand, 6, generator=g9)
+            self.assertEqual(got.shape, torch.Size([6, 12, 1]))
+            with torch.no_grad():
+                post = reference.posterior(cand)
+                chol = psd_safe_cholesky(post.distribution.covariance_matrix)
+            eps = torch.randn(
+                12, 6, generator=torch.Generator().manual_seed(9), dtype=DT
+            )
+            want = post.mean.squeeze(-1) + (chol @ eps).mT
+            self.assertAllClose(got.squeeze(-1), want, atol=1e-9, rtol=0)
+        two = NystromGP(*make_data(m=2), dictionary="all")
+        samples = two.sample_joint(cand, 4000, generator=torch.Generator())
+        self.assertEqual(samples.shape, torch.Size([4000, 12, 2]))
+        post = two.posterior(cand)
+        self.assertAllClose(samples.mean(0), post.mean, atol=0.02, rtol=0)
+        self.assertAllClose(samples.var(0), post.variance, atol=0.005, rtol=0.15)
+        with self.assertRaisesRegex(ValueError, "num_samples"):
+            every.sample_joint(cand, 0)
+
 
 class TestNystromGPInputs(BotorchTestCase):
     def test_bad_input_raises_value_error(self):

@@ -137,9 +137,20 @@ def test_cold_region_model_is_turbos_exact_gp_and_picks_its_batch():
             rtol=0,
             atol=1e-4,
         )
+    # The seeded joint Thompson batch is MaxPosteriorSampling's maximisers of
+    # mean + L eps, L the exact GP's joint Cholesky factor, eps from the seed.
+    from botorch.generation import MaxPosteriorSampling
+    from linear_operator.utils.cholesky import psd_safe_cholesky
+
+    with torch.no_grad():
+        chol = psd_safe_cholesky(theirs.distribution.covariance_matrix)
+    g7 = torch.Generator().manual_seed(7)
+    eps = torch.randn(300, 5, generator=g7, dtype=torch.float64)
+    samples = (theirs.mean.squeeze(-1) + (chol @ eps).mT).unsqueeze(-1)
+    sampler = MaxPosteriorSampling(exact, replacement=False)
     torch.testing.assert_close(
         joint_thompson(model, candidates, 5, seed=7),
-        joint_thompson(exact, candidates, 5, seed=7),
+        sampler.maximize_samples(candidates, samples, 5),
     )
 
 
