@@ -46,6 +46,7 @@ NYSTROM: dict[str, tuple[list[Any], list[Any]]] = {
     "seed": ([0, 7, 2**32 - 1], ["a", 1.5, True, -1, 2**32, 2**70]),
     "refit_max_iterations": ([5], [0, True, 2.5]),
     "fit_max_iterations": ([5, None], [0, True, 2.5]),
+    "fit_tolerance": ([1e-6, None], [0, -1.0, True, "a", math.nan]),
     "objective": (["exact", "vfe"], ["elbo", 3, None]),
     "dictionary_policy": ([None], ["bless", 3]),
     "fit_options": ([None], [{"objective": "vfe"}, "exact"]),

@@ -130,6 +130,7 @@ VALIDATORS: dict[str, Validator] = {
     "refit_tolerance": _finite(0.0, strict=False),
     "refit_max_iterations": _positive_int,
     "fit_max_iterations": _optional(_positive_int),
+    "fit_tolerance": _optional(_finite(0.0, strict=True)),
     "max_batch_size": _optional(_positive_int),
     "min_batch_size": _positive_int,
     "candidate_set": _optional(_candidate_set),

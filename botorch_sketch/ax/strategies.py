@@ -132,6 +132,7 @@ _SKETCH_OPTIONS: dict[str, Any] = {
     "refit_tolerance": FIT_OPTION_DEFAULTS["refit_tolerance"],
     "refit_max_iterations": FIT_OPTION_DEFAULTS["refit_max_iterations"],
     "fit_max_iterations": FIT_OPTION_DEFAULTS["fit_max_iterations"],
+    "fit_tolerance": FIT_OPTION_DEFAULTS["fit_tolerance"],
 }
 _NYSTROM_OPTIONS: dict[str, Any] = {
     "beta": None,
@@ -362,6 +363,7 @@ from botorch_sketch.ax.turbo import (  # noqa: E402
     TurboGenerators,
     turbo_generator_kwargs,
 )
+from botorch_sketch.trust_region.candidates import REGION_FIT_TOLERANCE  # noqa: E402
 
 _RECIPES["turbo-bkb"] = StrategyRecipe(
     name="turbo-bkb",
@@ -369,7 +371,7 @@ _RECIPES["turbo-bkb"] = StrategyRecipe(
     summary="trust region around the incumbent (TuRBO-1, Eriksson et al., NeurIPS "
     "2019) on NystromGP, batches by Thompson sampling",
     generator_kwargs=partial(turbo_generator_kwargs, model_keys=tuple(_SKETCH_OPTIONS)),
-    options={**_SKETCH_OPTIONS, **TURBO_OPTIONS},
+    options={**_SKETCH_OPTIONS, "fit_tolerance": REGION_FIT_TOLERANCE, **TURBO_OPTIONS},
     single_objective=True,
 )
 #: Strategies whose model-based node runs their own generator.

@@ -169,6 +169,7 @@ class NystromGP(
         refit_tolerance: float = FIT_OPTION_DEFAULTS["refit_tolerance"],
         refit_max_iterations: int = FIT_OPTION_DEFAULTS["refit_max_iterations"],
         fit_max_iterations: int | None = FIT_OPTION_DEFAULTS["fit_max_iterations"],
+        fit_tolerance: float | None = FIT_OPTION_DEFAULTS["fit_tolerance"],
         dictionary_policy: DictionaryPolicy | None = None,
         fit_options: NystromFitOptions | None = None,
     ) -> None:
@@ -194,7 +195,8 @@ class NystromGP(
                 (every point: the exact GP) or a ``LongTensor`` of training
                 indices.
             dictionary_refits, fit_subset_size, objective, refit_growth,
-                refit_tolerance, refit_max_iterations, fit_max_iterations: The
+                refit_tolerance, refit_max_iterations, fit_max_iterations,
+                fit_tolerance: The
                 fields of the default
                 :class:`~botorch_sketch.models.fit_options.NystromFitOptions`
                 (not with ``fit_options``).
@@ -220,6 +222,7 @@ class NystromGP(
             refit_tolerance=refit_tolerance,
             refit_max_iterations=refit_max_iterations,
             fit_max_iterations=fit_max_iterations,
+            fit_tolerance=fit_tolerance,
         )
         check_input_transform(input_transform)
         warm_start = usable_warm_start(warm_start, train_X.shape[-2])
@@ -298,6 +301,7 @@ class NystromGP(
     refit_tolerance = option_property("fit_options", "refit_tolerance")
     refit_max_iterations = option_property("fit_options", "refit_max_iterations")
     fit_max_iterations = option_property("fit_options", "fit_max_iterations")
+    fit_tolerance = option_property("fit_options", "fit_tolerance")
 
     @property
     def _num_draws(self) -> int:

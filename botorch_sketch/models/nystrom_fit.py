@@ -337,15 +337,21 @@ def _fit_hyperparameters(
 ) -> float:
     r"""Fit the hyperparameters on the fit subsample; return its per-point loss.
 
-    ``max_iterations`` bounds L-BFGS-B (unless ``fit_kwargs`` set ``maxiter``
-    themselves). A ``scheduled`` (warm-started) refit makes one attempt and keeps
-    the warm values if it fails; a first fit raises.
+    ``max_iterations`` bounds L-BFGS-B and the fit options' ``fit_tolerance`` is
+    its ``ftol`` (unless ``fit_kwargs`` set ``maxiter`` / ``ftol`` themselves).
+    A ``scheduled`` (warm-started) refit makes one attempt and keeps the warm
+    values if it fails; a first fit raises.
     """
     sub = _fit_subsample(model)
     kwargs = dict(fit_kwargs)
+    ours = {}
     if max_iterations is not None:
+        ours["maxiter"] = max_iterations
+    if model.fit_options.fit_tolerance is not None:
+        ours["ftol"] = model.fit_options.fit_tolerance
+    if ours:
         optimizer_kwargs = dict(kwargs.get("optimizer_kwargs") or {})
-        options = {"maxiter": max_iterations, **optimizer_kwargs.get("options", {})}
+        options = {**ours, **optimizer_kwargs.get("options", {})}
         kwargs["optimizer_kwargs"] = {**optimizer_kwargs, "options": options}
     if scheduled:
         kwargs["max_attempts"] = 1

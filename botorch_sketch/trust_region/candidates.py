@@ -70,6 +70,7 @@ from botorch_sketch.trust_region.state import TrustRegionState
 
 __all__ = [
     "JOINT_MAX_CANDIDATES",
+    "REGION_FIT_TOLERANCE",
     "REGION_MIN_FIT_SUBSET_SIZE",
     "THOMPSON_SAMPLERS",
     "default_num_candidates",
@@ -109,6 +110,14 @@ def region_fit_subset_size(X: Tensor) -> int:
         X.shape[-2],
         minimum=REGION_MIN_FIT_SUBSET_SIZE,
     )
+
+
+#: L-BFGS-B ``ftol`` of a region model's fit (``NystromFitOptions.fit_tolerance``):
+#: a region is refitted from scratch at every call, and a tight fit's last
+#: iterations mostly move lengthscales along a flat likelihood (one-hot columns,
+#: coordinates that barely matter). TuRBO's reference code stops after 50 Adam
+#: steps.
+REGION_FIT_TOLERANCE = 1e-6
 
 
 #: Lower bound of the lengthscales of BoTorch's dimension-scaled RBF kernel.
@@ -192,7 +201,8 @@ def fit_region_model(
         seed: The model's seed.
         **model_options: Further ``NystromGP`` options (``q_bar``,
             ``max_dictionary_size``, ...). ``fit_subset_size="device"`` (also
-            the default) is resolved by :func:`region_fit_subset_size`; the
+            the default) is resolved by :func:`region_fit_subset_size`;
+            ``fit_tolerance`` defaults to :data:`REGION_FIT_TOLERANCE`; the
             default ``covar_module`` is :func:`region_covar_module`; without a
             ``dictionary`` or ``dictionary_policy``, the policy is a
             ``LeverageScorePolicy`` of the flat options with
@@ -202,6 +212,7 @@ def fit_region_model(
     Returns:
         The fitted model (hyperparameters and dictionary).
     """
+    model_options = {"fit_tolerance": REGION_FIT_TOLERANCE, **model_options}
     subset = model_options.get("fit_subset_size", DEFAULT_FIT_SUBSET_SIZE)
     if subset == DEVICE_SUBSET:
         model_options = {**model_options, "fit_subset_size": region_fit_subset_size(X)}

@@ -777,6 +777,34 @@ class TestNystromGPBudget(BotorchTestCase):
             )
         )
 
+    def test_fit_tolerance_is_lbfgsbs_ftol(self):
+        """``fit_tolerance`` is L-BFGS-B's ``ftol``: a loose one stops after fewer
+        iterations, ``1e-6`` ends near the tight fit's loss; the caller's
+        ``ftol`` wins."""
+        X, Y = make_data(n=120, d=3)
+        seen = []
+        minimize = scipy.optimize.minimize
+
+        def spy(*args, **kwargs):
+            result = minimize(*args, **kwargs)
+            seen.append(((kwargs.get("options") or {}).get("ftol"), result.nit))
+            return result
+
+        with mock.patch.object(scipy.optimize, "minimize", spy):
+            tight = fitted(NystromGP(X, Y, seed=0))
+            fitted(NystromGP(X, Y, seed=0, fit_tolerance=1e-5))
+            near = fitted(NystromGP(X, Y, seed=0, fit_tolerance=1e-6))
+            self.assertEqual([ftol for ftol, _ in seen], [None, 1e-5, 1e-6])
+            self.assertLess(seen[1][1], seen[0][1] / 2)
+            model = NystromGP(X, Y, seed=0, fit_tolerance=1e-6)
+            fit_gpytorch_mll(
+                ExactMarginalLogLikelihood(model.likelihood, model),
+                optimizer_kwargs={"options": {"ftol": 1e-3}},
+            )
+            self.assertEqual(seen[-1][0], 1e-3)
+        self.assertLess(abs(float(near.exact_loss() - tight.exact_loss())), 1e-3)
+        self.assertEqual(near.fit_tolerance, 1e-6)
+
     def test_refit_due_names_its_cause(self):
         """Growth, drift, or keep: the decision carries its cause as data."""
         X, Y = make_data(n=200, d=3)
@@ -833,6 +861,7 @@ class TestNystromGPBudget(BotorchTestCase):
             ({"refit_max_iterations": 0}, "refit_max_iterations"),
             ({"exact_max_n": -1}, "exact_max_n"),
             ({"objective": "fitc"}, "objective"),
+            ({"fit_tolerance": 0.0}, "fit_tolerance"),
         ]:
             with self.assertRaisesRegex(ValueError, match):
                 NystromGP(X, Y, **kwargs)
