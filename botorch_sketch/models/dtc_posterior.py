@@ -324,6 +324,21 @@ class DTCPosteriorMixin:
             return posterior_transform(posterior)
         return posterior
 
+    def _prepare_sampling(self, X: Tensor, num_samples: int, name: str) -> None:
+        r"""Checks of a sampler's arguments (unbatched model, ``A x d`` finite
+        candidates, ``num_samples >= 1``); the model in eval mode."""
+        if len(self._input_batch_shape) > 0:
+            raise UnsupportedError(f"{name} supports unbatched models only.")
+        validate_candidates(X, self.input_dim, num_samples)
+        self.eval()
+
+    def _untransformed_samples(self, samples: Tensor) -> Tensor:
+        r"""``num_samples x A x m`` samples in the original outcome space and the
+        data's dtype."""
+        if hasattr(self, "outcome_transform"):
+            samples, _ = self.outcome_transform.untransform(samples)
+        return samples.to(self.data_dtype)
+
     def sample_joint(
         self,
         X: Tensor,
@@ -348,10 +363,7 @@ class DTCPosteriorMixin:
         Returns:
             A ``num_samples x A x m`` tensor in the original outcome space.
         """
-        if len(self._input_batch_shape) > 0:
-            raise UnsupportedError("sample_joint supports unbatched models only.")
-        validate_candidates(X, self.input_dim, num_samples)
-        self.eval()
+        self._prepare_sampling(X, num_samples, "sample_joint")
         with torch.no_grad():
             Xt = self.transform_inputs(X.to(self._compute_dtype))
             if self.num_outputs > 1:
@@ -373,9 +385,7 @@ class DTCPosteriorMixin:
                 samples = samples.transpose(-1, -2)
             else:
                 samples = samples.unsqueeze(-1)
-            if hasattr(self, "outcome_transform"):
-                samples, _ = self.outcome_transform.untransform(samples)
-        return samples.to(self.data_dtype)
+            return self._untransformed_samples(samples)
 
     def sample_latent(
         self,
@@ -405,10 +415,7 @@ class DTCPosteriorMixin:
         Returns:
             A ``num_samples x A x m`` tensor in the original outcome space.
         """
-        if len(self._input_batch_shape) > 0:
-            raise UnsupportedError("sample_latent supports unbatched models only.")
-        validate_candidates(X, self.input_dim, num_samples)
-        self.eval()
+        self._prepare_sampling(X, num_samples, "sample_latent")
         cache = self._factor_cache()
         with torch.no_grad():
             samples = sample_dtc_latent(
@@ -422,6 +429,4 @@ class DTCPosteriorMixin:
                 generator=generator,
                 chunk_size=chunk_size,
             )
-            if hasattr(self, "outcome_transform"):
-                samples, _ = self.outcome_transform.untransform(samples)
-        return samples.to(self.data_dtype)
+            return self._untransformed_samples(samples)
