@@ -50,6 +50,26 @@ batches of ``--batch``):
   0f72e98; before it, a region above ``exact_max_n = 500`` points was a
   leverage-score sketch unless a capped draw missed its accuracy criterion).
   Where no region grew past 500 points its rows equal the new default's.
+- ``<name>-designbatch`` (rows only, not runnable): a ``turbo-bkb`` variant
+  before the batch completing a region's design set the incumbent without
+  counting as a success (commit caa487e); ``turbo-bkb-linear-ls-designbatch``
+  (BoTorch's linear-space lengthscales), ``turbo-bkb-fitall-designbatch`` (region
+  fits on every point) and ``turbo-bkb-linear-ls-fitall-designbatch`` (both) are
+  of the same time, run with a patched region kernel.
+- ``turbo-bkb-a2000`` / ``turbo-bkb-a5000``: ``"turbo-bkb"`` with
+  ``num_candidates=2000`` / ``5000``.
+- ``turbo-bkb-init1.6``: ``"turbo-bkb"`` with ``length_init=1.6``.
+- ``turbo-bkb-ft2`` / ``turbo-bkb-ft3``: ``"turbo-bkb"`` with
+  ``failure_tolerance=2`` / ``3``.
+- ``turbo-bkb-scipyftol``: ``"turbo-bkb"`` with ``fit_tolerance=None`` (SciPy's
+  L-BFGS-B ``ftol``, the default before commit b7b28d8).
+- ``turbo-bkb-mps`` (rows only, not runnable): ``"turbo-bkb"`` before its joint
+  Thompson samples were drawn by ``NystromGP.sample_joint`` from a seeded
+  generator (commit e822bdc; before, BoTorch's ``MaxPosteriorSampling`` drew them
+  from torch's global generator under the same seed), with SciPy's ``ftol``: the
+  algorithm of ``turbo-bkb-scipyftol`` on another random stream. Every earlier
+  ``turbo-bkb`` row was relabelled so.
+- ``bbkb-r5``: ``"bbkb"`` with ``num_restarts=5``.
 - ``bbkb-basin0.34``: ``"bbkb"`` with ``basin_share=0.34`` (a 3-point Thompson fill,
   batches of 8, gets one point in another basin; 0.25 gives none).
 - ``bbkb-before-turns`` (rows only, not runnable): ``"bbkb"`` before the basin
@@ -126,6 +146,13 @@ METHODS = (
     "turbo-bkb-fit1000",
     "turbo-bkb-it100",
     "turbo-bkb-it200",
+    "turbo-bkb-a2000",
+    "turbo-bkb-a5000",
+    "turbo-bkb-init1.6",
+    "turbo-bkb-ft2",
+    "turbo-bkb-ft3",
+    "turbo-bkb-scipyftol",
+    "bbkb-r5",
     "bbkb-basin0.34",
     "ax-default",
 )
@@ -137,6 +164,13 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-fit1000": ("turbo-bkb", {"fit_subset_size": 1000}),
     "turbo-bkb-it100": ("turbo-bkb", {"fit_max_iterations": 100}),
     "turbo-bkb-it200": ("turbo-bkb", {"fit_max_iterations": 200}),
+    "turbo-bkb-a2000": ("turbo-bkb", {"num_candidates": 2000}),
+    "turbo-bkb-a5000": ("turbo-bkb", {"num_candidates": 5000}),
+    "turbo-bkb-init1.6": ("turbo-bkb", {"length_init": 1.6}),
+    "turbo-bkb-ft2": ("turbo-bkb", {"failure_tolerance": 2}),
+    "turbo-bkb-ft3": ("turbo-bkb", {"failure_tolerance": 3}),
+    "turbo-bkb-scipyftol": ("turbo-bkb", {"fit_tolerance": None}),
+    "bbkb-r5": ("bbkb", {"num_restarts": 5}),
     "bbkb-basin0.34": ("bbkb", {"basin_share": 0.34}),
 }
 KEY = ("problem", "method", "seed", "budget", "batch")
