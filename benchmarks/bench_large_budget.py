@@ -61,8 +61,9 @@ batches of ``--batch``):
 - ``turbo-bkb-init1.6``: ``"turbo-bkb"`` with ``length_init=1.6``.
 - ``turbo-bkb-ft2`` / ``turbo-bkb-ft3``: ``"turbo-bkb"`` with
   ``failure_tolerance=2`` / ``3``.
-- ``turbo-bkb-scipyftol``: ``"turbo-bkb"`` with ``fit_tolerance=None`` (SciPy's
-  L-BFGS-B ``ftol``, the default before commit b7b28d8).
+- ``turbo-bkb-scipyftol`` / ``turbo-bkb-ftol6`` / ``turbo-bkb-ftol7``:
+  ``"turbo-bkb"`` with ``fit_tolerance=None`` (SciPy's L-BFGS-B ``ftol``, the
+  default before commit b7b28d8) / ``1e-6`` / ``1e-7``.
 - ``turbo-bkb-mps`` (rows only, not runnable): ``"turbo-bkb"`` before its joint
   Thompson samples were drawn by ``NystromGP.sample_joint`` from a seeded
   generator (commit e822bdc; before, BoTorch's ``MaxPosteriorSampling`` drew them
@@ -152,6 +153,8 @@ METHODS = (
     "turbo-bkb-ft2",
     "turbo-bkb-ft3",
     "turbo-bkb-scipyftol",
+    "turbo-bkb-ftol6",
+    "turbo-bkb-ftol7",
     "bbkb-r5",
     "bbkb-basin0.34",
     "ax-default",
@@ -170,6 +173,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-ft2": ("turbo-bkb", {"failure_tolerance": 2}),
     "turbo-bkb-ft3": ("turbo-bkb", {"failure_tolerance": 3}),
     "turbo-bkb-scipyftol": ("turbo-bkb", {"fit_tolerance": None}),
+    "turbo-bkb-ftol6": ("turbo-bkb", {"fit_tolerance": 1e-6}),
+    "turbo-bkb-ftol7": ("turbo-bkb", {"fit_tolerance": 1e-7}),
     "bbkb-r5": ("bbkb", {"num_restarts": 5}),
     "bbkb-basin0.34": ("bbkb", {"basin_share": 0.34}),
 }

@@ -60,9 +60,9 @@ class NystromFitOptions:
         fit_tolerance: L-BFGS-B's ``ftol`` in every fit: it stops once an
             iteration lowers the per-point loss by less than this fraction of
             its magnitude (``None``: SciPy's default, about ``2.2e-9``). The
-            per-point loss changes in its third decimal where ``1e-6`` stops;
-            the last iterations of a tight fit mostly move lengthscales along a
-            flat likelihood (coordinates that barely matter).
+            last iterations of a tight fit mostly move lengthscales along a flat
+            likelihood (coordinates that barely matter); ``1e-5`` already stops
+            far from the optimum.
     """
 
     fit_subset_size: int | str | None = DEFAULT_FIT_SUBSET_SIZE

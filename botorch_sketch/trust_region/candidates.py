@@ -117,7 +117,7 @@ def region_fit_subset_size(X: Tensor) -> int:
 #: iterations mostly move lengthscales along a flat likelihood (one-hot columns,
 #: coordinates that barely matter). TuRBO's reference code stops after 50 Adam
 #: steps.
-REGION_FIT_TOLERANCE = 1e-6
+REGION_FIT_TOLERANCE = 1e-7
 
 
 #: Lower bound of the lengthscales of BoTorch's dimension-scaled RBF kernel.
