@@ -237,14 +237,19 @@ class DTCPosteriorMixin:
         Lazy for ``q >= LAZY_COVARIANCE_MIN_POINTS`` points, dense below
         (:func:`~botorch_sketch.models.nystrom_posterior.dtc_covariance`).
         """
-        predictor = self._predictor()
-        S = self.posterior_inducing_points()
-        offset, P, N = linalg.dtc_features(
-            predictor, self.covar_module(X, S).to_dense()
-        )
-        mean = self.mean_module(X) + offset
+        mean, P, N = self._dtc_mean_and_factors(X)
         cov = dtc_covariance(self.covar_module(X), P, N)
         return MultivariateNormal(mean.expand(cov.shape[:-1]), cov)
+
+    def _dtc_mean_and_factors(self, X: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        r"""The DTC posterior mean at transformed ``X`` (``... x q``) and the
+        factors ``P``, ``N`` of its covariance ``K_XX - P P^T + N N^T``
+        (:func:`~botorch_sketch.linalg.dtc_features`)."""
+        S = self.posterior_inducing_points()
+        offset, P, N = linalg.dtc_features(
+            self._predictor(), self.covar_module(X, S).to_dense()
+        )
+        return self.mean_module(X) + offset, P, N
 
     def _rls_at(self, X: Tensor, ridge: float | None = None) -> Tensor:
         """DTC variance over the ridge at transformed inputs (aug batch layout).
@@ -368,12 +373,9 @@ class DTCPosteriorMixin:
             Xt = self.transform_inputs(X.to(self._compute_dtype))
             if self.num_outputs > 1:
                 Xt = Xt.unsqueeze(0).expand(self.num_outputs, *Xt.shape)
-            S = self.posterior_inducing_points()
-            offset, P, N = linalg.dtc_features(
-                self._predictor(), self.covar_module(Xt, S).to_dense()
-            )
+            mean, P, N = self._dtc_mean_and_factors(Xt)
             samples = sample_dtc_joint(
-                self.mean_module(Xt) + offset,
+                mean,
                 self.covar_module(Xt).to_dense(),
                 P,
                 N,

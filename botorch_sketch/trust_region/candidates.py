@@ -227,12 +227,12 @@ def fit_region_model(
     ):
         flat = {k: v for k, v in model_options.items() if k in POLICY_OPTION_DEFAULTS}
         model_options = {k: v for k, v in model_options.items() if k not in flat}
-        policy = LeverageScorePolicy(**flat, seed=seed, exact_when_affordable=True)
-        model = NystromGP(
-            X, Y, warm_start=warm_start, dictionary_policy=policy, **model_options
+        model_options["dictionary_policy"] = LeverageScorePolicy(
+            **flat, seed=seed, exact_when_affordable=True
         )
     else:
-        model = NystromGP(X, Y, seed=seed, warm_start=warm_start, **model_options)
+        model_options = {**model_options, "seed": seed}
+    model = NystromGP(X, Y, warm_start=warm_start, **model_options)
     fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
     return model
 
