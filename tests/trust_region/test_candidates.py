@@ -246,3 +246,15 @@ def test_region_model_is_exact_where_the_device_affords_it(monkeypatch):
     assert not budget.device_affords_exact(
         slow, 120, 2, budget.device_dictionary_cap(slow, 120, 2)
     )
+
+
+def test_region_fits_stop_at_the_region_fit_tolerance():
+    # A region model's L-BFGS-B stops at REGION_FIT_TOLERANCE unless the caller
+    # says otherwise (None: SciPy's default ftol).
+    from botorch_sketch.trust_region.candidates import REGION_FIT_TOLERANCE
+
+    g = torch.Generator().manual_seed(5)
+    X = torch.rand(30, 2, generator=g, dtype=torch.float64)
+    Y = torch.sin(5 * X).sum(-1, keepdim=True)
+    assert fit_region_model(X, Y, seed=0).fit_tolerance == REGION_FIT_TOLERANCE
+    assert fit_region_model(X, Y, seed=0, fit_tolerance=None).fit_tolerance is None
