@@ -83,7 +83,8 @@ from gpytorch.likelihoods import FixedNoiseGaussianLikelihood
 from torch import Tensor
 
 from botorch_sketch import linalg
-from botorch_sketch.bbkb.dense_kernel import as_dense_kernel
+from botorch_sketch.acquisition.dtc_marginals import PendingRows, dtc_marginals
+from botorch_sketch.bbkb.dense_kernel import SquaredExponential, as_dense_kernel
 from botorch_sketch.bbkb.posterior_state import PosteriorState
 from botorch_sketch.models.nystrom import NystromGP
 
@@ -540,13 +541,18 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
     def _mean_and_rls_variance(self, X: Tensor) -> tuple[Tensor, Tensor]:
         r"""``(mu_fb, sigma~^2_t)``, each ``batch_shape x q``."""
         cache = self._cache()
-        f = self._features(X)
-        mean_t = self.model.mean_module(f.Xt) + f.mean
-        kdiag = self.model.covar_module(f.Xt, diag=True)
-        var_t = linalg.embedding_residual(kdiag, f.P) + f.N.pow(2).sum(-1)
-        if cache.pending is not None:
-            var_t = var_t - self._pending_solve(f, cache).pow(2).sum(-2)
-        mean = _untransform_mean(self.model, mean_t)
+        Xt = self.model.transform_inputs(X.to(self.model.compute_dtype))
+        fused = _fused_marginals(self.model, cache, Xt)
+        if fused is None:  # autograd through the kernel module
+            f = self._features(X)
+            offset = f.mean
+            kdiag = self.model.covar_module(f.Xt, diag=True)
+            var_t = linalg.embedding_residual(kdiag, f.P) + f.N.pow(2).sum(-1)
+            if cache.pending is not None:
+                var_t = var_t - self._pending_solve(f, cache).pow(2).sum(-2)
+        else:
+            offset, var_t = fused
+        mean = _untransform_mean(self.model, self.model.mean_module(Xt) + offset)
         return mean, (var_t / cache.lam).clamp_min(0.0)
 
     def _pending_solve(self, f: _Features, cache: _FrozenCache) -> Tensor:
@@ -571,6 +577,23 @@ class _Features(NamedTuple):
 # ---------------------------------------------------------------------------------
 # Pure helpers
 # ---------------------------------------------------------------------------------
+
+
+def _fused_marginals(
+    model: NystromGP, cache: _FrozenCache, Xt: Tensor
+) -> tuple[Tensor, Tensor] | None:
+    r"""``(mean offset, var_t)`` by the closed-form gradient path, if it applies.
+
+    :func:`~botorch_sketch.acquisition.dtc_marginals.dtc_marginals` for a Gaussian
+    kernel without batch dimensions; ``None`` otherwise (the caller's autograd
+    path gives the same numbers for any kernel).
+    """
+    kernel = SquaredExponential.of(model.covar_module)
+    if kernel is None:
+        return None
+    pend = cache.pending
+    rows = None if pend is None else PendingRows(Xt=pend.Xt, P=pend.P, chol=pend.chol)
+    return dtc_marginals(kernel, Xt, cache.S, cache.predictor, rows)
 
 
 def _build_cache(
