@@ -71,6 +71,10 @@ batches of ``--batch``):
   algorithm of ``turbo-bkb-scipyftol`` on another random stream. Every earlier
   ``turbo-bkb`` row was relabelled so.
 - ``bbkb-r5``: ``"bbkb"`` with ``num_restarts=5``.
+- ``bbkb-rmi10`` / ``bbkb-rmi30`` / ``bbkb-rmi200``: ``"bbkb"`` with
+  ``restart_maxiter=10`` / ``30`` / ``200`` (L-BFGS-B iterations of the greedy
+  steps started from the previous step's maxima; 200 is BoTorch's default, the
+  only setting before the option existed).
 - ``bbkb-basin0.34``: ``"bbkb"`` with ``basin_share=0.34`` (a 3-point Thompson fill,
   batches of 8, gets one point in another basin; 0.25 gives none).
 - ``bbkb-before-turns`` (rows only, not runnable): ``"bbkb"`` before the basin
@@ -157,6 +161,9 @@ METHODS = (
     "turbo-bkb-ftol7",
     "bbkb-r5",
     "bbkb-basin0.34",
+    "bbkb-rmi10",
+    "bbkb-rmi30",
+    "bbkb-rmi200",
     "ax-default",
 )
 #: Benchmark names of a package strategy with options: ``name -> (strategy, options)``.
@@ -177,6 +184,9 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-ftol7": ("turbo-bkb", {"fit_tolerance": 1e-7}),
     "bbkb-r5": ("bbkb", {"num_restarts": 5}),
     "bbkb-basin0.34": ("bbkb", {"basin_share": 0.34}),
+    "bbkb-rmi10": ("bbkb", {"restart_maxiter": 10}),
+    "bbkb-rmi30": ("bbkb", {"restart_maxiter": 30}),
+    "bbkb-rmi200": ("bbkb", {"restart_maxiter": 200}),
 }
 KEY = ("problem", "method", "seed", "budget", "batch")
 PENDING = """```

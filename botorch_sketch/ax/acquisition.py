@@ -34,6 +34,8 @@ Options (``acquisition_options`` of the generator, stored in Ax JSON):
 - ``reuse_restarts`` (``True``): on a box, every greedy step after the first
   starts from the previous step's local maxima, perturbed, instead of fresh raw
   samples (:func:`~botorch_sketch.optim.optimize_acqf_adaptive_batch`).
+- ``restart_maxiter`` (``None``): L-BFGS-B iterations of those steps (``None``:
+  as the first step's).
 - ``thompson_fill`` (``0``; the strategies' default is ``0.5``): on a box, the
   fraction of the points that ``min_batch_size`` adds past the rule's stop that
   are maximisers of posterior samples (Thompson sampling) rather than the next
@@ -93,6 +95,7 @@ ADAPTIVE_BATCH_OPTIONS: dict[str, Any] = {
     "seed": 0,
     "num_reference_points": 1024,
     "reuse_restarts": True,
+    "restart_maxiter": None,
     "thompson_fill": DEFAULT_THOMPSON_FILL,
     "basin_share": DEFAULT_BASIN_SHARE,
 }
@@ -228,6 +231,7 @@ class AdaptiveBatchAcquisition(Acquisition):
             reference_points=reference,
             new_point_search=search,
             reuse_restarts=bool(self._option("reuse_restarts")),
+            restart_maxiter=self._option("restart_maxiter"),
             thompson_fill=self._thompson_fill(
                 choices is None and step_optimizer is None
             ),

@@ -136,6 +136,7 @@ VALIDATORS: dict[str, Validator] = {
     "candidate_set": _optional(_candidate_set),
     "allow_repeats": _boolean,
     "reuse_restarts": _boolean,
+    "restart_maxiter": _optional(_positive_int),
     "thompson_fill": _fraction,
     "basin_share": _fraction,
     "paper_phases": _boolean,

@@ -148,6 +148,7 @@ _BBKB_OPTIONS: dict[str, Any] = {
     "max_batch_size": None,
     "min_batch_size": 1,
     "reuse_restarts": True,
+    "restart_maxiter": None,
     "thompson_fill": 0.5,
     "basin_share": DEFAULT_BASIN_SHARE,
 }
@@ -161,6 +162,7 @@ _BKB_FIXED: dict[str, Any] = {
     "max_batch_size": None,
     "min_batch_size": 1,
     "reuse_restarts": _BBKB_OPTIONS["reuse_restarts"],
+    "restart_maxiter": _BBKB_OPTIONS["restart_maxiter"],
     "thompson_fill": _BBKB_OPTIONS["thompson_fill"],
     "basin_share": 0.0,
 }
@@ -182,6 +184,7 @@ def _nystrom_kwargs(rule: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
             "max_batch_size": opts["max_batch_size"],
             "min_batch_size": opts["min_batch_size"],
             "reuse_restarts": opts["reuse_restarts"],
+            "restart_maxiter": opts["restart_maxiter"],
             "thompson_fill": float(opts["thompson_fill"]),
             "basin_share": float(opts["basin_share"]),
             "candidate_set": opts["candidate_set"],
@@ -213,7 +216,8 @@ def _library_kwargs(rule: str, opts: dict[str, Any]) -> dict[str, Any]:
     _check_unused(opts, sketch_only, "without a candidate_set (NystromGP)")
     box_defaults = _BKB_FIXED if rule == "bkb" else _BBKB_OPTIONS
     box_only = {
-        k: box_defaults[k] for k in ("reuse_restarts", "thompson_fill", "basin_share")
+        k: box_defaults[k]
+        for k in ("reuse_restarts", "restart_maxiter", "thompson_fill", "basin_share")
     }
     _check_unused(opts, box_only, "on a box, without a candidate_set")
     keys = ("q_bar", "alpha", "beta", "allow_repeats", "seed", *LIBRARY_OPTIONS)

@@ -205,6 +205,7 @@ def optimize_acqf_adaptive_batch(
     reference_points: Tensor | None = None,
     hallucination: str = DEFAULT_HALLUCINATION,
     reuse_restarts: bool = True,
+    restart_maxiter: int | None = None,
     thompson_fill: float = DEFAULT_THOMPSON_FILL,
     basin_share: float = DEFAULT_BASIN_SHARE,
     prefer_new_points: bool = True,
@@ -266,6 +267,10 @@ def optimize_acqf_adaptive_batch(
             initialisation from ``raw_samples`` fresh Sobol points: the
             hallucinated UCB changes mostly near the point just chosen, so the
             other maxima remain good starts (module docstring, measurements).
+        restart_maxiter: With ``reuse_restarts``, the L-BFGS-B iterations of
+            every step after the first (``maxiter``, at most ``options``'s):
+            its starts are near local maxima already. ``None``: the first
+            step's (``options``, else BoTorch's 200).
         thompson_fill: Fraction ``f in [0, 1]`` of the points that
             ``min_batch_size`` adds past the rule's stop that are drawn by
             Thompson sampling (:func:`thompson_fill_points`) instead of the
@@ -337,6 +342,7 @@ def optimize_acqf_adaptive_batch(
         reference_points=reference_points,
         hallucination=hallucination,
         reuse_restarts=reuse_restarts,
+        restart_maxiter=restart_maxiter,
         thompson_fill=thompson_fill,
         basin_share=basin_share,
         prefer_new_points=prefer_new_points,
@@ -413,16 +419,16 @@ def _batch_on_domain(inputs: AdaptiveBatchInputs) -> tuple[Tensor, Tensor]:
             batch = torch.stack(points)
             acqf.set_X_pending(batch if base is None else torch.cat([base, batch]))
         if inputs.step_optimizer is None:
+            reuse = finals is not None and inputs.reuse_restarts
+            maxiter = inputs.restart_maxiter if reuse else None
             x, value, finals = _argmax_box(
                 acqf,
                 bounds,
                 inputs.num_restarts,
                 inputs.raw_samples,
-                inputs.options,
+                _step_options(inputs.options, maxiter),
                 seed + step,
-                starts=None
-                if finals is None or not inputs.reuse_restarts
-                else _restart_points(finals, bounds, seed + step),
+                starts=_restart_points(finals, bounds, seed + step) if reuse else None,
             )
         elif taken is None:
             x, value = inputs.step_optimizer(acqf, step)
@@ -918,6 +924,17 @@ def _restart_points(finals: Tensor, bounds: Tensor, seed: int) -> Tensor:
     )
     moved = finals + RESTART_JITTER * (bounds[1] - bounds[0]) * noise
     return torch.minimum(torch.maximum(moved, bounds[0]), bounds[1])
+
+
+def _step_options(
+    options: dict[str, Any] | None, maxiter: int | None
+) -> dict[str, Any] | None:
+    r"""``options`` with ``maxiter`` lowered to ``maxiter`` (``None``: as given)."""
+    if maxiter is None:
+        return options
+    options = dict(options or {})
+    options["maxiter"] = min(maxiter, int(options.get("maxiter", maxiter)))
+    return options
 
 
 def _argmax_box(

@@ -85,6 +85,7 @@ class AdaptiveBatchInputs:
     reference_points: Tensor | None = None
     hallucination: str = DEFAULT_HALLUCINATION
     reuse_restarts: bool = True
+    restart_maxiter: int | None = None
     thompson_fill: float = DEFAULT_THOMPSON_FILL
     basin_share: float = DEFAULT_BASIN_SHARE
     prefer_new_points: bool = True
@@ -108,6 +109,8 @@ class AdaptiveBatchInputs:
         _check_int("max_batch_size", self.max_batch_size, 1)
         _check_int("min_batch_size", self.min_batch_size, 1, self.max_batch_size)
         _check_int("num_reference_points", self.num_reference_points, 1)
+        if self.restart_maxiter is not None:
+            _check_int("restart_maxiter", self.restart_maxiter, 1)
         check_seed(self.seed)
         check_nonnegative_number(self.alpha, "alpha")
         if self.hallucination not in HALLUCINATIONS:

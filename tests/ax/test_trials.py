@@ -215,6 +215,24 @@ def test_reuse_restarts_option_reaches_the_box_optimiser(monkeypatch, reuse):
         make_client("bbkb", reuse_restarts="yes")
 
 
+def test_restart_maxiter_option_reaches_the_box_optimiser(monkeypatch):
+    import botorch_sketch.ax.acquisition as acquisition
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["restart_maxiter"])
+        return optimize_acqf_adaptive_batch(*args, **kwargs)
+
+    monkeypatch.setattr(acquisition, "optimize_acqf_adaptive_batch", spy)
+    client = make_client("bbkb", min_batch_size=3, restart_maxiter=7)
+    run_trials(client, "branin", total=6)
+    assert len(get_next_batch(client, max_batch_size=3)) == 3
+    assert seen and set(seen) == {7}
+    with pytest.raises(ValueError, match="restart_maxiter"):
+        make_client("bbkb", restart_maxiter=0)
+
+
 def test_thompson_fill_option_fills_the_batch_on_a_box(monkeypatch):
     import botorch_sketch.ax.acquisition as acquisition
 

@@ -570,6 +570,41 @@ def test_reused_restarts_leave_the_chosen_point(monkeypatch):
     assert closest_pair(stuck) < 1e-6
 
 
+@pytest.mark.parametrize("restart_maxiter", [None, 3])
+def test_restart_maxiter_caps_the_reused_steps_only(
+    model, monkeypatch, restart_maxiter
+):
+    """The first step keeps the caller's ``maxiter``; the steps started from the
+    previous maxima get ``min(restart_maxiter, maxiter)``."""
+    seen = []
+    original = adaptive_batch.optimize_acqf
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["options"].get("maxiter"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(adaptive_batch, "optimize_acqf", spy)
+    cand, _ = optimize_acqf_adaptive_batch(
+        model,
+        BOUNDS,
+        "global",
+        alpha=1.0,
+        max_batch_size=4,
+        min_batch_size=4,
+        num_restarts=2,
+        raw_samples=16,
+        options={"maxiter": 50},
+        seed=0,
+        restart_maxiter=restart_maxiter,
+    )
+    assert cand.shape == (4, 2)
+    assert seen == [50] + [50 if restart_maxiter is None else 3] * 3
+    with pytest.raises(ValueError, match="restart_maxiter must be an int >= 1"):
+        optimize_acqf_adaptive_batch(
+            model, BOUNDS, "global", alpha=1.0, max_batch_size=2, restart_maxiter=0
+        )
+
+
 def test_thompson_fill_draws_its_far_share_away_from_the_best_points(
     model, monkeypatch
 ):
