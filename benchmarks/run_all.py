@@ -98,6 +98,7 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # completing trials per batch, the 10-seed stall check and repeats on discrete
     # spaces.
     ("benchmarks/bench_large_budget.py", ()),
+    ("benchmarks/bench_batch_ucb.py", ("--batch",)),
     ("benchmarks/bench_completion.py", ()),
     ("benchmarks/bench_turbo_bkb.py", ()),
     ("benchmarks/bench_stall.py", ()),
