@@ -5,7 +5,8 @@
 # bench_gpu.py (16,000 points with SingleTaskGP; 50,000 and 10^6 points with the
 # defaults), the exact posterior where the budget may choose it (bench_exact_posterior.py,
 # 16,000 points, defaults and dictionary="all", and the rates of its steps), then a
-# short tiled 10^6-row engine run: about 9 minutes on an H100.
+# short tiled 10^6-row engine run, and the batch UCB's paths (bench_batch_ucb.py):
+# about 9.5 minutes on an H100.
 # Each group has its own time limit, so one that hangs or fails does not cost the
 # others; rows are written as they finish. MODEL_CELLS / MODEL_METHODS /
 # LARGE_CELLS / EXACT_CELLS / TILED_T and the *_LIMIT variables change the groups; ENGINE=0
@@ -36,4 +37,6 @@ if [ "${ENGINE:-1}" = 1 ]; then
   step ${TILED_LIMIT:-45} python3 $B --device cuda --methods none --tiled-rows 1000000 \
     --tiled-T "${TILED_T:-300}" --out "$OUT/tiled_cuda"
 fi
+step ${UCB_LIMIT:-40} python3 benchmarks/bench_batch_ucb.py --device cuda --repeats 2 \
+  --out "$OUT/batch_ucb_cuda"
 rm -f "$OUT"/*.md; ls -la "$OUT"
