@@ -2,15 +2,14 @@
 
 ``BatchUpperConfidenceBound`` is what L-BFGS-B evaluates thousands of times per
 BBKB batch on a box (every greedy step is a multi-start ``optimize_acqf``), so its
-value-and-gradient is the inner loop of the "bbkb" strategies. Three paths give
+value-and-gradient is the inner loop of the "bbkb" strategies. Two paths give
 the same numbers (``tests/acquisition/test_dtc_marginals.py``):
 
 - ``autograd``: torch's autograd through the gpytorch kernel module and the
   predictor products (the only path before the closed form);
-- ``two-product``: :func:`botorch_sketch.acquisition.dtc_marginals.dtc_marginals`
-  with the predictor basis (one ``q x m x (1 + r)`` product forward, one backward);
-- ``gram``: the same with the Gram form ``G = P P^T`` (one ``q x m x m`` product),
-  the default under the full hallucination where it rounds well enough.
+- ``closed-form``: :func:`botorch_sketch.acquisition.dtc_marginals.dtc_marginals`
+  (one ``q x m x (1 + r)`` product forward, one backward), the default for a
+  Gaussian kernel.
 
 Per cell (``d`` inputs, ``n`` training points = dictionary size ``m`` with every
 point kept, ``p`` pending points, 8 restarts per evaluation as
@@ -46,23 +45,21 @@ from botorch_sketch.optim import optimize_acqf_adaptive_batch
 logger = logging.getLogger("bench_batch_ucb")
 
 RESULTS = Path(__file__).resolve().parent / "results"
-PATHS = ("autograd", "two-product", "gram")
+PATHS = ("autograd", "closed-form")
 #: (d, n, p): Hartmann6-like, Ackley20 and Ackley60 at the sizes of a 1,000-point run.
 CELLS = ((6, 500, 40), (20, 1000, 40), (60, 400, 40), (60, 1000, 40))
 
 
 @contextmanager
 def path_of(name: str) -> Iterator[None]:
-    """Force one of the three evaluation paths (module docstring)."""
-    saved = (BatchUpperConfidenceBound._fused_marginals, bbkb_module.gram_form)
+    """Force one of the two evaluation paths (module docstring)."""
+    saved = bbkb_module._fused_marginals
     if name == "autograd":
-        BatchUpperConfidenceBound._fused_marginals = lambda *args: None
-    elif name == "two-product":
-        bbkb_module.gram_form = lambda *args: None
+        bbkb_module._fused_marginals = lambda *args: None
     try:
         yield
     finally:
-        BatchUpperConfidenceBound._fused_marginals, bbkb_module.gram_form = saved
+        bbkb_module._fused_marginals = saved
 
 
 def make_model(d: int, n: int, device: torch.device) -> NystromGP:
@@ -153,17 +150,17 @@ def report(rows: list[dict[str, Any]], device: str) -> str:
         "50-point adaptive batch (8 restarts) and its mean UCB. Wall seconds, one "
         "thread on a CPU.",
         "",
-        "| d | n = m | p | autograd ms | two-product ms | gram ms | batch s "
-        "(autograd / two-product / gram) |",
-        "|---|---|---|---|---|---|---|",
+        "| d | n = m | p | autograd ms | closed-form ms | batch s "
+        "(autograd / closed-form) |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rows:
         batch = "-"
-        if "gram_batch_s" in r:
+        if "closed-form_batch_s" in r:
             batch = " / ".join(str(r[f"{name}_batch_s"]) for name in PATHS)
         lines.append(
             f"| {r['d']} | {r['n']} | {r['p']} | {r['autograd_ms']} | "
-            f"{r['two-product_ms']} | {r['gram_ms']} | {batch} |"
+            f"{r['closed-form_ms']} | {batch} |"
         )
     return "\n".join(lines) + "\n"
 

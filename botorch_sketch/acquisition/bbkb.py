@@ -83,13 +83,7 @@ from gpytorch.likelihoods import FixedNoiseGaussianLikelihood
 from torch import Tensor
 
 from botorch_sketch import linalg
-from botorch_sketch.acquisition.dtc_marginals import (
-    GramForm,
-    PendingRows,
-    dtc_marginals,
-    extend_gram_form,
-    gram_form,
-)
+from botorch_sketch.acquisition.dtc_marginals import PendingRows, dtc_marginals
 from botorch_sketch.bbkb.dense_kernel import SquaredExponential, as_dense_kernel
 from botorch_sketch.bbkb.posterior_state import PosteriorState
 from botorch_sketch.models.nystrom import NystromGP
@@ -166,10 +160,6 @@ class _FrozenCache(NamedTuple):
         lam: Noise variance ``lam`` in model (transformed-outcome) units, a scalar.
         pending: The pending points' block of the full hallucination, or ``None``.
         factor: The model's DTC factor under the dictionary hallucination.
-        gram: The full hallucination's Gram form
-            (:func:`~botorch_sketch.acquisition.dtc_marginals.gram_form`, with one
-            ``H`` column per pending point), once a gradient was asked for.
-        gram_checked: Whether ``gram_form`` was tried (``gram`` may be ``None``).
     """
 
     source: Any
@@ -182,8 +172,6 @@ class _FrozenCache(NamedTuple):
     lam: Tensor
     pending: _PendingBlock | None = None
     factor: linalg.DTCFactor | None = None
-    gram: GramForm | None = None
-    gram_checked: bool = False
 
 
 class _PendingBlock(NamedTuple):
@@ -554,7 +542,7 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
         r"""``(mu_fb, sigma~^2_t)``, each ``batch_shape x q``."""
         cache = self._cache()
         Xt = self.model.transform_inputs(X.to(self.model.compute_dtype))
-        fused = self._fused_marginals(cache, Xt)
+        fused = _fused_marginals(self.model, cache, Xt)
         if fused is None:  # autograd through the kernel module
             f = self._features(X)
             offset = f.mean
@@ -566,31 +554,6 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
             offset, var_t = fused
         mean = _untransform_mean(self.model, self.model.mean_module(Xt) + offset)
         return mean, (var_t / cache.lam).clamp_min(0.0)
-
-    def _fused_marginals(
-        self, cache: _FrozenCache, Xt: Tensor
-    ) -> tuple[Tensor, Tensor] | None:
-        r"""``(mean offset, var_t)`` by the closed-form gradient path, if it applies.
-
-        :func:`~botorch_sketch.acquisition.dtc_marginals.dtc_marginals` for a
-        Gaussian kernel without batch dimensions, in the Gram form under the full
-        hallucination once a gradient is asked for (formed then, kept and
-        extended with the pending points); ``None`` for other kernels (the
-        autograd path gives the same numbers for any kernel).
-        """
-        kernel = SquaredExponential.of(self.model.covar_module)
-        if kernel is None:
-            return None
-        pend = cache.pending
-        if self.hallucination == "full" and Xt.requires_grad and not cache.gram_checked:
-            form = gram_form(kernel, cache.S, cache.start, cache.lam)
-            if form is not None and pend is not None:
-                form = extend_gram_form(form, cache.start, pend.P)
-            cache = self._frozen = cache._replace(gram=form, gram_checked=True)
-        rows = (
-            None if pend is None else PendingRows(Xt=pend.Xt, P=pend.P, chol=pend.chol)
-        )
-        return dtc_marginals(kernel, Xt, cache.S, cache.predictor, rows, cache.gram)
 
     def _pending_solve(self, f: _Features, cache: _FrozenCache) -> Tensor:
         r"""``C^{-1} v(X_p, x)`` (``... x p x q``), ``C C^T = V_pp + lam I``.
@@ -616,6 +579,23 @@ class _Features(NamedTuple):
 # ---------------------------------------------------------------------------------
 
 
+def _fused_marginals(
+    model: NystromGP, cache: _FrozenCache, Xt: Tensor
+) -> tuple[Tensor, Tensor] | None:
+    r"""``(mean offset, var_t)`` by the closed-form gradient path, if it applies.
+
+    :func:`~botorch_sketch.acquisition.dtc_marginals.dtc_marginals` for a Gaussian
+    kernel without batch dimensions; ``None`` otherwise (the caller's autograd
+    path gives the same numbers for any kernel).
+    """
+    kernel = SquaredExponential.of(model.covar_module)
+    if kernel is None:
+        return None
+    pend = cache.pending
+    rows = None if pend is None else PendingRows(Xt=pend.Xt, P=pend.P, chol=pend.chol)
+    return dtc_marginals(kernel, Xt, cache.S, cache.predictor, rows)
+
+
 def _build_cache(
     model: NystromGP,
     X_pending: Tensor | None,
@@ -636,7 +616,6 @@ def _build_cache(
         source = model.dtc_predictor()
         if old is None:
             start, S, W, L_t, factor = source, None, None, None, None
-            gram, gram_checked = None, False
             if hallucination == "dictionary" or not start.folded:
                 S, W, factor = model.dtc_parts()
                 L_t = factor.chol
@@ -648,15 +627,12 @@ def _build_cache(
         else:
             start, L_t, rows, pending = old.start, old.chol, new_rows, old.pending
             S, W, factor = old.S, old.W, old.factor
-            gram, gram_checked = old.gram, old.gram_checked
         if rows is not None and rows.shape[0] > 0:
             Xp = model.transform_inputs(rows.to(model.compute_dtype))
             K_pS = _dense_kernel(model, Xp, S)
             if hallucination == "full":
                 P = linalg.dtc_features(start, K_pS)[1]
                 pending = _extend_pending(model, pending, Xp, P, lam)
-                if gram is not None:
-                    gram = extend_gram_form(gram, start, P)
             else:
                 L_t = pending_cholesky(L_t, K_pS @ W / lam.sqrt())
         predictor = start
@@ -680,8 +656,6 @@ def _build_cache(
             lam=lam,
             pending=pending,
             factor=factor,
-            gram=gram,
-            gram_checked=gram_checked,
         )
 
 

@@ -28,16 +28,11 @@ and ``c = [dL/dF_a | dL/dF_P | dL/dF_N] [a | P | N]^T`` with
 the kernel's distance graph and its elementwise backward that autograd records
 (:func:`dtc_marginals` gives the same numbers; tests compare both).
 
-**Gram form.** With the folded predictor (``N`` empty: the batch-start posterior
-with every pending point in the full hallucination's block) the variance's
-quadratic form can use ``G = P P^T`` (``m x m``, formed once per batch):
-``||F_P||^2 = k^T G k`` and ``P_p F_P = H^T k`` with ``H = P P_p^T``
-(``m x p``, one column per pending point), so the backward needs no second
-product (``c = g_a a - 2 g_var 1[.] G k + ...``): one ``q x m x m`` product per
-evaluation instead of two. ``G`` rounds worse than ``P`` where ``P`` has large
-entries (an ill-conditioned dictionary: low noise, long lengthscales), so
-:func:`gram_form` forms it only where the two agree on the dictionary's own rows
-to :data:`GRAM_TOLERANCE` times the noise variance.
+Not the Gram form ``G = P P^T`` (one ``q x m x m`` product instead of two):
+``k^T G k`` rounds far worse than ``||P^T k||^2`` where ``G`` has large entries,
+enough for L-BFGS-B's line search to fail near a maximum and to take more
+evaluations than the second product saves
+(``benchmarks/results/batch_ucb_notes.md``).
 
 Only a Gaussian kernel (``RBFKernel``, optionally in a ``ScaleKernel``) without
 batch dimensions has this path
@@ -56,13 +51,7 @@ from torch.autograd.function import once_differentiable
 from botorch_sketch.bbkb.dense_kernel import SquaredExponential
 from botorch_sketch.linalg import DTCPredictor
 
-__all__ = ["GramForm", "PendingRows", "dtc_marginals", "extend_gram_form", "gram_form"]
-
-#: :func:`gram_form` is used where its variances on the dictionary's rows agree with
-#: the two-product form's to this fraction of the noise variance (RLS units).
-GRAM_TOLERANCE = 1e-6
-#: Dictionary rows on which :func:`gram_form` checks its rounding (strided).
-GRAM_CHECK_ROWS = 256
+__all__ = ["PendingRows", "dtc_marginals"]
 
 
 class PendingRows(NamedTuple):
@@ -79,80 +68,12 @@ class PendingRows(NamedTuple):
     chol: Tensor
 
 
-class GramForm(NamedTuple):
-    r"""The folded predictor's quadratic form (module docstring, "Gram form").
-
-    Attributes:
-        a: ``m`` mean weights (the predictor's first column).
-        gram: ``m x m`` matrix ``G = P P^T``.
-        H: ``m x p`` matrix ``P P_p^T`` (one column per pending point, in order).
-    """
-
-    a: Tensor
-    gram: Tensor
-    H: Tensor
-
-
-def gram_form(
-    kernel: SquaredExponential,
-    S: Tensor,
-    predictor: DTCPredictor,
-    lam: Tensor | float,
-    tolerance: float = GRAM_TOLERANCE,
-) -> GramForm | None:
-    r"""``G = P P^T`` of a folded predictor, if it rounds well enough here.
-
-    ``O(m^2 r)`` once, plus a check on up to :data:`GRAM_CHECK_ROWS` strided
-    dictionary rows (where ``k(x, S)`` is largest and the cancellation worst):
-    ``k^T G k`` against ``||P^T k||^2`` to ``tolerance * lam``.
-
-    Args:
-        kernel: The Gaussian kernel's evaluator.
-        S: ``m x d`` dictionary (transformed inputs).
-        predictor: The batch-start predictor (unbatched).
-        lam: The noise variance, in the variance's units.
-        tolerance: Largest disagreement, as a fraction of ``lam``.
-
-    Returns:
-        The :class:`GramForm` with no pending column, or ``None`` (an unfolded
-        predictor, batched parameters, or a disagreement above the tolerance).
-    """
-    basis = predictor.basis
-    if kernel.parameters() is None or basis.dim() != 2:
-        return None
-    if basis.shape[-1] != 1 + predictor.num_explained:  # N has columns
-        return None
-    P = basis[:, 1:]
-    gram = P @ P.mT
-    step = max(1, S.shape[0] // GRAM_CHECK_ROWS)
-    K = kernel(S[::step], S)
-    error = ((K @ gram) * K).sum(-1) - (K @ P).pow(2).sum(-1)
-    if not bool(error.abs().max() <= tolerance * lam):
-        return None
-    return GramForm(a=basis[:, 0], gram=gram, H=basis.new_zeros(basis.shape[0], 0))
-
-
-def extend_gram_form(
-    form: GramForm, predictor: DTCPredictor, P_new: Tensor
-) -> GramForm:
-    r"""``form`` with the columns ``P P_new^T`` of new pending points appended.
-
-    Args:
-        form: The form so far.
-        predictor: The batch-start predictor ``form`` was built from.
-        P_new: ``q x r_p`` explained parts of the new pending points.
-    """
-    H_new = predictor.basis[:, 1 : 1 + predictor.num_explained] @ P_new.mT
-    return form._replace(H=torch.cat([form.H, H_new], dim=-1))
-
-
 def dtc_marginals(
     kernel: SquaredExponential,
     Xt: Tensor,
     S: Tensor,
     predictor: DTCPredictor,
     pending: PendingRows | None = None,
-    gram: GramForm | None = None,
 ) -> tuple[Tensor, Tensor] | None:
     r"""``(mean offset, variance)`` of the frozen DTC posterior at each row of ``Xt``.
 
@@ -166,8 +87,6 @@ def dtc_marginals(
         S: ``m x d`` dictionary (transformed inputs).
         predictor: The frozen ``[a | P | N]`` predictor (an unbatched basis).
         pending: The full hallucination's pending block, or ``None``.
-        gram: The predictor's :class:`GramForm` with one ``H`` column per pending
-            point, or ``None`` (the two-product form).
 
     Returns:
         ``(offset, var)``, each ``batch_shape x q``: ``a^T k_S(x)`` and the
@@ -180,12 +99,7 @@ def dtc_marginals(
     ls, scale = (None if p is None else p.detach() for p in params)
     prior = 1.0 if scale is None else scale  # a tensor: no host sync on a GPU
     flat = Xt.reshape(-1, Xt.shape[-1])
-    if gram is not None:
-        offset, var = _GramMarginals.apply(flat, kernel, ls, prior, S, gram, pending)
-    else:
-        offset, var = _DTCMarginals.apply(
-            flat, kernel, ls, prior, S, predictor, pending
-        )
+    offset, var = _DTCMarginals.apply(flat, kernel, ls, prior, S, predictor, pending)
     return offset.reshape(Xt.shape[:-1]), var.reshape(Xt.shape[:-1])
 
 
@@ -234,52 +148,6 @@ class _DTCMarginals(torch.autograd.Function):
             grad = _kernel_row_gradient(X, -2.0 * g * Z, K_p, pending.Xt, ls)
         dF = torch.cat([g_offset.unsqueeze(-1), dP, 2.0 * g * N], dim=-1)
         grad_S = _kernel_row_gradient(X, dF @ basis.mT, K, S, ls)
-        grad = grad_S if grad is None else grad + grad_S
-        return grad, None, None, None, None, None, None
-
-
-class _GramMarginals(torch.autograd.Function):
-    r""":class:`_DTCMarginals` in the Gram form: one ``R x m x m`` product."""
-
-    @staticmethod
-    def forward(
-        ctx: Any,
-        X: Tensor,
-        kernel: SquaredExponential,
-        ls: Tensor,
-        prior: float | Tensor,
-        S: Tensor,
-        form: GramForm,
-        pending: PendingRows | None,
-    ) -> tuple[Tensor, Tensor]:
-        K = kernel(X, S)  # R x m
-        KG = K @ form.gram
-        residual = prior - (KG * K).sum(-1)
-        var = residual.clamp_min(0.0)
-        K_p = U = None
-        if pending is not None:
-            K_p = kernel(X, pending.Xt)  # R x p
-            v = K_p - K @ form.H
-            U = torch.linalg.solve_triangular(pending.chol, v.mT, upper=False)
-            var = var - U.pow(2).sum(-2)
-        ctx.save_for_backward(X, K, KG, residual > 0)
-        ctx.extras = (ls, S, form, pending, K_p, U)
-        return K @ form.a, var
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, g_offset: Tensor, g_var: Tensor) -> tuple[Any, ...]:
-        X, K, KG, explained = ctx.saved_tensors
-        ls, S, form, pending, K_p, U = ctx.extras
-        g = g_var.unsqueeze(-1)
-        c = g_offset.unsqueeze(-1) * form.a - 2.0 * g * KG * explained.unsqueeze(-1)
-        grad = None
-        if pending is not None:
-            Z = torch.linalg.solve_triangular(pending.chol.mT, U, upper=True).mT
-            dv = -2.0 * g * Z  # d(-||C^-1 v||^2)/dv, v = K_p - K H
-            c = c - dv @ form.H.mT
-            grad = _kernel_row_gradient(X, dv, K_p, pending.Xt, ls)
-        grad_S = _kernel_row_gradient(X, c, K, S, ls)
         grad = grad_S if grad is None else grad + grad_S
         return grad, None, None, None, None, None, None
 

@@ -9,13 +9,7 @@ from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
 
 from botorch_sketch.acquisition import BatchUpperConfidenceBound
 from botorch_sketch.acquisition import bbkb as bbkb_module
-from botorch_sketch.acquisition import dtc_marginals as dtc_module
-from botorch_sketch.acquisition.dtc_marginals import (
-    GramForm,
-    PendingRows,
-    dtc_marginals,
-    gram_form,
-)
+from botorch_sketch.acquisition.dtc_marginals import PendingRows, dtc_marginals
 from botorch_sketch.bbkb.dense_kernel import SquaredExponential
 from botorch_sketch.linalg import DTCPredictor
 from botorch_sketch.models import NystromGP
@@ -50,32 +44,20 @@ def make_model(kernel="rbf", sparse=False, transform=False, d=4, n=60, seed=0):
     return model, X
 
 
-def value_and_grad(model, X_pending, hallucination, Xq, mode, monkeypatch):
-    """The UCB and its gradient by ``mode``: ``"gram"`` (the default path under
-    the full hallucination), ``"basis"`` (the two-product form) or ``"autograd"``."""
+def value_and_grad(model, X_pending, hallucination, Xq, fused):
     acqf = BatchUpperConfidenceBound(model, alpha=1.5, hallucination=hallucination)
     if X_pending is not None:
         acqf.set_X_pending(X_pending)
     Xq = Xq.clone().requires_grad_(True)
-    calls = []
-    apply = dtc_module._GramMarginals.apply
-    with monkeypatch.context() as patch:
-        patch.setattr(
-            dtc_module._GramMarginals,
-            "apply",
-            lambda *args: calls.append(1) or apply(*args),
-        )
-        if mode == "autograd":
-            patch.setattr(
-                BatchUpperConfidenceBound, "_fused_marginals", lambda *args: None
-            )
-        elif mode == "basis":
-            patch.setattr(bbkb_module, "gram_form", lambda *args: None)
+    original = bbkb_module._fused_marginals
+    if not fused:
+        bbkb_module._fused_marginals = lambda *args: None
+    try:
         value = acqf(Xq)
         (grad,) = torch.autograd.grad(value.sum(), Xq)
-    used_gram = acqf._frozen.gram is not None
-    assert bool(calls) == used_gram  # the Gram form is computed where it is kept
-    return value.detach(), grad, used_gram
+    finally:
+        bbkb_module._fused_marginals = original
+    return value.detach(), grad
 
 
 @pytest.mark.parametrize("hallucination", ["full", "dictionary"])
@@ -85,7 +67,7 @@ def value_and_grad(model, X_pending, hallucination, Xq, mode, monkeypatch):
     [("rbf", False, False), ("rbf", True, False), ("scale", True, True)],
 )
 def test_closed_form_gradient_equals_autograd(
-    hallucination, num_pending, kernel, sparse, transform, monkeypatch
+    hallucination, num_pending, kernel, sparse, transform
 ):
     model, X = make_model(kernel=kernel, sparse=sparse, transform=transform)
     g = torch.Generator().manual_seed(1)
@@ -94,69 +76,23 @@ def test_closed_form_gradient_equals_autograd(
     if num_pending:
         pending = lo + (hi - lo) * torch.rand(num_pending, 4, generator=g, dtype=DT)
     Xq = lo + (hi - lo) * torch.rand(5, 3, 1, 4, generator=g, dtype=DT)
-    v_ref, g_ref, _ = value_and_grad(
-        model, pending, hallucination, Xq, "autograd", monkeypatch
-    )
+    v_fast, g_fast = value_and_grad(model, pending, hallucination, Xq, fused=True)
+    v_ref, g_ref = value_and_grad(model, pending, hallucination, Xq, fused=False)
+    assert v_fast.shape == (5, 3)
+    torch.testing.assert_close(v_fast, v_ref, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(g_fast, g_ref, rtol=1e-8, atol=1e-8)
     assert g_ref.abs().max() > 1e-3  # the comparison is not between zeros
-    for mode in ("gram", "basis"):
-        v, grad, used_gram = value_and_grad(
-            model, pending, hallucination, Xq, mode, monkeypatch
-        )
-        # the Gram form is taken wherever it applies (the full hallucination)
-        assert used_gram == (mode == "gram" and hallucination == "full")
-        assert v.shape == (5, 3)
-        torch.testing.assert_close(v, v_ref, rtol=1e-9, atol=1e-9)
-        torch.testing.assert_close(grad, g_ref, rtol=1e-7, atol=1e-7)
-
-
-def test_gram_form_is_extended_with_later_pending_points(monkeypatch):
-    """Pending points appended after the Gram form was built extend its ``H``;
-    the values match the two-product form's."""
-    model, X = make_model(sparse=True)
-    acqf = BatchUpperConfidenceBound(model, alpha=1.0)
-    acqf.set_X_pending(X[:2] + 0.01)
-    Xq = X[10:14].unsqueeze(-2).clone().requires_grad_(True)
-    acqf(Xq)
-    assert acqf._frozen.gram.H.shape == (30, 2)
-    acqf.set_X_pending(torch.cat([X[:2] + 0.01, X[5:8] - 0.01]))
-    value = acqf(Xq)
-    assert acqf._frozen.gram.H.shape == (30, 5)
-    reference = BatchUpperConfidenceBound(model, alpha=1.0)
-    reference.set_X_pending(acqf.X_pending)
-    with monkeypatch.context() as patch:
-        patch.setattr(bbkb_module, "gram_form", lambda *args: None)
-        expected = reference(Xq)
-    torch.testing.assert_close(value, expected, rtol=1e-10, atol=1e-10)
-
-
-def test_gram_form_is_refused_where_it_rounds_badly():
-    """A nearly singular dictionary (long lengthscale, tiny noise): ``G = P P^T``
-    loses the variance to rounding, the check refuses it and the two-product
-    form is used."""
-    g = torch.Generator().manual_seed(0)
-    X = torch.rand(300, 2, generator=g, dtype=DT)
-    model = NystromGP(X, torch.sin(5 * X).sum(-1, keepdim=True), seed=0)
-    model.covar_module.lengthscale = 0.3
-    model.likelihood.noise = 1e-8
-    model.eval()
-    acqf = BatchUpperConfidenceBound(model, alpha=1.0)
-    cache = acqf._cache()
-    kernel = SquaredExponential.of(model.covar_module)
-    assert gram_form(kernel, cache.S, cache.start, cache.lam) is None
-    well = make_model()[0]
-    cache = BatchUpperConfidenceBound(well, alpha=1.0)._cache()
-    kernel = SquaredExponential.of(well.covar_module)
-    assert gram_form(kernel, cache.S, cache.start, cache.lam) is not None
 
 
 def test_fused_path_is_taken_for_a_gaussian_kernel_only():
     model, X = make_model()
     acqf = BatchUpperConfidenceBound(model, alpha=1.0)
+    cache = acqf._cache()
     Xt = model.transform_inputs(X[:3])
-    assert acqf._fused_marginals(acqf._cache(), Xt) is not None
+    assert bbkb_module._fused_marginals(model, cache, Xt) is not None
     matern, X = make_model(kernel="matern")
     acqf = BatchUpperConfidenceBound(matern, alpha=1.0)
-    assert acqf._fused_marginals(acqf._cache(), X[:3]) is None
+    assert bbkb_module._fused_marginals(matern, acqf._cache(), X[:3]) is None
     # the autograd path still gives a finite gradient
     Xq = X[:2].unsqueeze(-2).clone().requires_grad_(True)
     (grad,) = torch.autograd.grad(acqf(Xq).sum(), Xq)
@@ -184,17 +120,6 @@ def test_gradcheck_with_pending_rows_and_the_residual_clamp():
         return dtc_marginals(kernel, X, S, predictor, pending)
 
     assert torch.autograd.gradcheck(fn, (X,))
-    # the Gram form of a folded basis (no N columns), with the same pending block
-    folded = DTCPredictor(basis=basis[:, : 1 + r], num_explained=r)
-    P = folded.basis[:, 1:]
-    form = GramForm(a=folded.basis[:, 0], gram=P @ P.T, H=P @ pending.P.T)
-    assert torch.autograd.gradcheck(
-        lambda X: dtc_marginals(kernel, X, S, folded, pending, form), (X,)
-    )
-    with torch.no_grad():
-        two = dtc_marginals(kernel, X, S, folded, pending)
-        one = dtc_marginals(kernel, X, S, folded, pending, form)
-    torch.testing.assert_close(one, two, rtol=1e-12, atol=1e-12)
     # a basis large enough that k - ||F_P||^2 < 0 somewhere: the clamp's
     # gradient is zero there, as autograd's clamp_min gives
     big = DTCPredictor(basis=10.0 * basis, num_explained=r)
