@@ -137,3 +137,14 @@ def test_batched_lengthscales_fall_back():
     S = torch.rand(4, 2, dtype=DT)
     predictor = DTCPredictor(basis=torch.rand(4, 3, dtype=DT), num_explained=2)
     assert dtc_marginals(kernel, torch.rand(2, 2, dtype=DT), S, predictor) is None
+
+
+def test_the_default_nystrom_kernel_takes_the_closed_form():
+    """``NystromGP``'s default kernel (what every Ax strategy fits) is a Gaussian
+    kernel the closed form handles: a change of default that dropped the batch
+    UCB back to autograd would fail here."""
+    X = torch.rand(20, 3, dtype=DT)
+    model = NystromGP(X, X.sum(-1, keepdim=True), seed=0).eval()
+    acqf = BatchUpperConfidenceBound(model, alpha=1.0)
+    Xt = model.transform_inputs(X[:4])
+    assert bbkb_module._fused_marginals(model, acqf._cache(), Xt) is not None
