@@ -71,6 +71,10 @@ batches of ``--batch``):
   algorithm of ``turbo-bkb-scipyftol`` on another random stream. Every earlier
   ``turbo-bkb`` row was relabelled so.
 - ``bbkb-r5``: ``"bbkb"`` with ``num_restarts=5``.
+- ``bbkb-autograd`` (rows only, not runnable): ``"bbkb"`` before the batch
+  UCB's closed-form value and gradient (commit 3816da8; before, autograd through
+  the kernel module): the same algorithm at more CPU. Every earlier ``bbkb`` row
+  was relabelled so.
 - ``bbkb-rmi10`` / ``bbkb-rmi30`` / ``bbkb-rmi200``: ``"bbkb"`` with
   ``restart_maxiter=10`` / ``30`` / ``200`` (L-BFGS-B iterations of the greedy
   steps started from the previous step's maxima; 200 is BoTorch's default, the
@@ -784,7 +788,11 @@ def report(out: Path) -> None:
         "A capped run (Ax's default past its wall cap, TuRBO-1 past its CPU cap) "
         "stopped before the budget; "
         "its `@n` cells are empty where it did not reach `n`. Load averages and "
-        "commits of each run are in the CSVs.",
+        "commits of each run are in the CSVs. CPU seconds of runs made on "
+        "different days are not comparable: TuRBO-1 (the same code) took "
+        "148-161 s on Ackley60 in the runs of 2026-11-27 and 254-308 s in those "
+        "of 2026-11-28 from 12:00 UTC (`_s11` files), which compare with each "
+        "other only.",
     ]
     for g in sorted(groups):
         problem, dim, budget, batch = g
