@@ -196,41 +196,30 @@ def test_bad_batch_size(size, error):
     assert len(client._experiment.trials) == 0
 
 
-@pytest.mark.parametrize("reuse", [True, False])
-def test_reuse_restarts_option_reaches_the_box_optimiser(monkeypatch, reuse):
+@pytest.mark.parametrize(
+    "option,value,bad",
+    [
+        ("reuse_restarts", True, "yes"),
+        ("reuse_restarts", False, "yes"),
+        ("restart_maxiter", 7, 0),
+    ],
+)
+def test_box_options_reach_the_box_optimiser(monkeypatch, option, value, bad):
     import botorch_sketch.ax.acquisition as acquisition
 
     seen = []
 
     def spy(*args, **kwargs):
-        seen.append(kwargs["reuse_restarts"])
+        seen.append(kwargs[option])
         return optimize_acqf_adaptive_batch(*args, **kwargs)
 
     monkeypatch.setattr(acquisition, "optimize_acqf_adaptive_batch", spy)
-    client = make_client("bbkb", min_batch_size=3, reuse_restarts=reuse)
+    client = make_client("bbkb", min_batch_size=3, **{option: value})
     run_trials(client, "branin", total=6)
     batch = get_next_batch(client, max_batch_size=3)
-    assert len(batch) == 3 and seen and set(seen) == {reuse}
-    with pytest.raises(ValueError, match="reuse_restarts"):
-        make_client("bbkb", reuse_restarts="yes")
-
-
-def test_restart_maxiter_option_reaches_the_box_optimiser(monkeypatch):
-    import botorch_sketch.ax.acquisition as acquisition
-
-    seen = []
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs["restart_maxiter"])
-        return optimize_acqf_adaptive_batch(*args, **kwargs)
-
-    monkeypatch.setattr(acquisition, "optimize_acqf_adaptive_batch", spy)
-    client = make_client("bbkb", min_batch_size=3, restart_maxiter=7)
-    run_trials(client, "branin", total=6)
-    assert len(get_next_batch(client, max_batch_size=3)) == 3
-    assert seen and set(seen) == {7}
-    with pytest.raises(ValueError, match="restart_maxiter"):
-        make_client("bbkb", restart_maxiter=0)
+    assert len(batch) == 3 and seen and set(seen) == {value}
+    with pytest.raises(ValueError, match=option):
+        make_client("bbkb", **{option: bad})
 
 
 def test_thompson_fill_option_fills_the_batch_on_a_box(monkeypatch):
