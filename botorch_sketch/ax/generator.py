@@ -66,6 +66,7 @@ import hashlib
 import json
 import logging
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -93,6 +94,7 @@ from botorch.acquisition.multi_objective.logei import (
 )
 from botorch.utils.datasets import SupervisedDataset
 from linear_operator.utils.errors import NotPSDError
+from torch import Tensor
 
 from botorch_sketch.ax.library import BBKBLibraryGenerator
 from botorch_sketch.models.nystrom import NystromGP
@@ -128,10 +130,17 @@ _FIT_CACHE: OrderedDict[str, Surrogate] = OrderedDict()
 _FIT_CACHE_LOCK = threading.Lock()
 
 
+#: In-sample best points of the cached (never refitted) models, per request.
+_BEST_POINTS: weakref.WeakKeyDictionary[Any, dict[str, Tensor | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def clear_fit_cache() -> None:
     r"""Forget every fitted model kept for reuse (the next fits rerun)."""
     with _FIT_CACHE_LOCK:
         _FIT_CACHE.clear()
+        _BEST_POINTS.clear()
 
 
 class SketchBoTorchGenerator(BoTorchGenerator):
@@ -362,6 +371,34 @@ class SketchBoTorchGenerator(BoTorchGenerator):
         finally:
             self._botorch_acqf_class, self._botorch_acqf_options = acqf
 
+    def best_point(
+        self,
+        search_space_digest: SearchSpaceDigest,
+        torch_opt_config: TorchOptConfig,
+    ) -> Tensor | None:
+        r"""``BoTorchGenerator.best_point``, kept with a reused model.
+
+        Ax asks for the in-sample best point after every generation call (three
+        posterior predictions at every observed point). While the data do not
+        change the model is the cached one, never refitted in place, and so is
+        its answer to the same request: it is computed once per model object and
+        request (objective, constraints, fixed features, search space; pending
+        points do not enter it).
+        """
+        key = _best_point_key(search_space_digest, torch_opt_config)
+        if not self._shared_surrogate or key is None:
+            return super().best_point(search_space_digest, torch_opt_config)
+        model = self.surrogate.model
+        with _FIT_CACHE_LOCK:
+            memo = _BEST_POINTS.setdefault(model, {})
+            if key in memo:
+                best = memo[key]
+                return None if best is None else best.clone()
+        best = super().best_point(search_space_digest, torch_opt_config)
+        with _FIT_CACHE_LOCK:
+            memo[key] = None if best is None else best.clone()
+        return best
+
     def _call_seed(self, num_points: int) -> int | None:
         """The seed of a call that sees ``num_points`` points (``None``: unseeded)."""
         if self.seed is None:
@@ -418,6 +455,36 @@ def sketch_state_problem(state: Any, num_points: int) -> str | None:
     if not 0 <= parsed.num_fit_points <= num_points:
         return f"num_fit_points={parsed.num_fit_points} outside 0..{num_points}"
     return None
+
+
+def _best_point_key(
+    search_space_digest: SearchSpaceDigest, torch_opt_config: TorchOptConfig
+) -> str | None:
+    r"""What ``best_point`` reads of a request, as a string; ``None`` where a
+    field is not plain data (a learned objective, a pruning target)."""
+    c = torch_opt_config
+    if c.use_learned_objective or c.pruning_target_point is not None:
+        return None
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Tensor):
+            return (tuple(value.shape), value.tolist())
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return sorted((k, plain(v)) for k, v in value.items())
+        return value
+
+    fields = (
+        c.objective_weights,
+        c.outcome_constraints,
+        c.objective_thresholds,
+        c.linear_constraints,
+        c.equality_constraints,
+        c.fixed_features,
+        c.model_gen_options,
+    )
+    return repr((plain(list(fields)), repr(search_space_digest)))
 
 
 def _num_points(datasets: Sequence[SupervisedDataset]) -> int:

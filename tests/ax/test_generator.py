@@ -302,3 +302,37 @@ def test_a_failing_generation_leaves_the_reused_model_unchanged(monkeypatch):
 def test_bad_fit_record_is_refused():
     with pytest.raises(ValueError, match="fit_record"):
         SketchBoTorchGenerator(fit_record={"data": 3})
+
+
+def test_the_best_point_is_computed_once_per_reused_model(monkeypatch):
+    """Ax asks for the in-sample best point after every generation: with the
+    model reused (only pending trials changed) it is computed once and given
+    again (the generator run's best arm is the computed point); new data (a new
+    model) compute it anew."""
+    from ax.generators.torch.botorch_modular.generator import BoTorchGenerator
+
+    clear_fit_cache()
+    calls = []
+    original = BoTorchGenerator.best_point
+
+    def counted(self, *args, **kwargs):
+        best = original(self, *args, **kwargs)
+        calls.append(None if best is None else best.clone())
+        return best
+
+    monkeypatch.setattr(BoTorchGenerator, "best_point", counted)
+    c = client()
+    run(c, N_INIT + 2)
+    calls.clear()
+    request(c)  # new data since the last generation: computed
+    request(c)  # the same model: the kept answer
+    request(c)
+    assert len(calls) == 1
+    run_best = c._generation_strategy._generator_runs[-1].best_arm_predictions
+    assert run_best is not None
+    kept = run_best[0].parameters
+    assert [kept["x0"], kept["x1"]] == pytest.approx(calls[0].tolist())
+    complete(c, *request(c))  # the same model, kept: no computation
+    assert len(calls) == 1
+    request(c)  # new data: a new model, computed anew
+    assert len(calls) == 2
