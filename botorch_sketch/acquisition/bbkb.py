@@ -531,8 +531,13 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
         return mean if self.maximize else -mean
 
     def _features(self, X: Tensor) -> _Features:
+        return self._features_at(
+            self.model.transform_inputs(X.to(self.model.compute_dtype))
+        )
+
+    def _features_at(self, Xt: Tensor) -> _Features:
+        r""":meth:`_features` of inputs already transformed (``Xt``)."""
         cache = self._cache()
-        Xt = self.model.transform_inputs(X.to(self.model.compute_dtype))
         mean, P, N = linalg.dtc_features(
             cache.predictor, _dense_kernel(self.model, Xt, cache.S)
         )
@@ -544,7 +549,7 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
         Xt = self.model.transform_inputs(X.to(self.model.compute_dtype))
         fused = _fused_marginals(self.model, cache, Xt)
         if fused is None:  # autograd through the kernel module
-            f = self._features(X)
+            f = self._features_at(Xt)
             offset = f.mean
             kdiag = self.model.covar_module(f.Xt, diag=True)
             var_t = linalg.embedding_residual(kdiag, f.P) + f.N.pow(2).sum(-1)
