@@ -74,6 +74,7 @@ from ax.api.types import TParameterization
 from ax.api.utils.storage import db_settings_from_storage_config
 from ax.core.base_trial import BaseTrial
 from ax.core.generator_run import GeneratorRun
+from ax.core.trial import Trial
 from ax.core.trial_status import TrialStatus
 from ax.exceptions.core import AxError
 from ax.orchestration.orchestrator import Orchestrator
@@ -767,12 +768,28 @@ class LookaheadOrchestrator(Orchestrator):
         self._worker.thread.start()
 
     def _snapshot(self) -> Any:
-        r"""A copy of the experiment (runner and metrics shared) plus the queue."""
+        r"""A copy of the experiment plus the queue, sharing what never changes.
+
+        The trials and their bookkeeping are copied (this thread changes their
+        statuses while the refill reads the snapshot); the objects Ax replaces
+        instead of changing them are shared: the metrics, the runner, every
+        trial's generator runs and arms, and the data (``Experiment.attach_data``
+        builds a new ``Data``). A deep copy of those made the snapshot the
+        loop's largest cost after generation at thousands of trials.
+        """
         experiment = self.experiment
-        memo: dict[int, Any] = {id(m): m for m in experiment.metrics.values()}
-        if experiment.runner is not None:
-            memo[id(experiment.runner)] = experiment.runner
+        memo = _shared_objects(experiment)
+        # One-arm trials are copied by hand (a shallow copy with its own
+        # bookkeeping dicts), not by the generic deep copy, then re-attached.
+        trials = {
+            id(trial): _detached_trial(trial)
+            for trial in experiment.trials.values()
+            if type(trial) is Trial
+        }
+        memo.update(trials)
         snapshot = copy.deepcopy(experiment, memo)
+        for trial in trials.values():
+            trial._experiment = snapshot
         for run, _ in self._queue:
             trial = snapshot.new_trial(generator_run=run.clone())
             trial.mark_running(no_runner_required=True)
@@ -907,6 +924,36 @@ class _BackgroundGeneration:
             self.error = err
         self.wall = time.perf_counter() - wall
         self.cpu = time.thread_time() - cpu
+
+
+def _shared_objects(experiment: Any) -> dict[int, Any]:
+    r"""A ``copy.deepcopy`` memo that keeps the experiment's unchanging parts.
+
+    The metrics, the runner, the data, and every trial's generator runs and
+    arms map to themselves, so a deep copy shares them (see
+    :meth:`LookaheadOrchestrator._snapshot`).
+    """
+    shared: list[Any] = [*experiment.metrics.values(), experiment.data]
+    if experiment.runner is not None:
+        shared.append(experiment.runner)
+    for trial in experiment.trials.values():
+        for run in trial.generator_runs:
+            shared.append(run)
+            shared.extend(run.arms)
+        shared.extend(trial.arms)
+    shared.extend(experiment.arms_by_name.values())
+    return {id(obj): obj for obj in shared}
+
+
+def _detached_trial(trial: Trial) -> Trial:
+    r"""A copy of a one-arm trial for a snapshot: generator run and times shared,
+    its status and metadata its own (its ``_experiment`` is set by the caller)."""
+    copied = copy.copy(trial)
+    for name in ("_run_metadata", "_stop_metadata", "_properties"):
+        value = getattr(trial, name, None)
+        if isinstance(value, dict):
+            setattr(copied, name, dict(value))
+    return copied
 
 
 def _check_count(name: str, value: Any, minimum: int) -> None:

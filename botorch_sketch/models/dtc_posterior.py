@@ -329,6 +329,46 @@ class DTCPosteriorMixin:
             return posterior_transform(posterior)
         return posterior
 
+    def posterior_mean(self, X: Tensor) -> Tensor:
+        r"""The posterior mean at ``X`` alone, without gradients.
+
+        ``mean(x) = m(x) + a^T k_S(x)`` (:class:`~botorch_sketch.linalg.
+        DTCPredictor`): one ``q x |S|`` kernel block times the predictor's first
+        column, where :meth:`posterior` also forms the ``q x |S| x r`` products of
+        the covariance's factors. Equals ``posterior(X).mean``; for scoring many
+        points (e.g. basins of the mean).
+
+        Args:
+            X: ``batch_shape x q x d`` inputs (untransformed).
+
+        Returns:
+            A ``batch_shape x q x m`` tensor in the original outcome space and
+            the data's dtype.
+        """
+        check_finite(X, "X")
+        if X.dim() < 2 or X.shape[-1] != self.input_dim:
+            raise ValueError(
+                f"X must be batch_shape x q x d with d = "
+                f"{self.input_dim}, got {tuple(X.shape)}."
+            )
+        check_batch_shape(X, self._input_batch_shape)
+        self.eval()
+        with torch.no_grad():
+            Xt = self.transform_inputs(X.to(self._compute_dtype))
+            if self.num_outputs > 1:
+                Xt = Xt.unsqueeze(-3)  # the outputs as a batch dimension
+            S = self.posterior_inducing_points()
+            weights = self._predictor().basis[..., :1]  # a: ... x |S| x 1
+            kernel = self.covar_module(Xt, S).to_dense()
+            mean = self.mean_module(Xt) + (kernel @ weights).squeeze(-1)
+            if self.num_outputs > 1:
+                mean = mean.transpose(-1, -2)
+            else:
+                mean = mean.unsqueeze(-1)
+            if hasattr(self, "outcome_transform"):
+                mean, _ = self.outcome_transform.untransform(mean)
+        return mean.to(self.data_dtype)
+
     def _prepare_sampling(self, X: Tensor, num_samples: int, name: str) -> None:
         r"""Checks of a sampler's arguments (unbatched model, ``A x d`` finite
         candidates, ``num_samples >= 1``); the model in eval mode."""

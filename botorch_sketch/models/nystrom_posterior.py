@@ -177,7 +177,8 @@ def sample_dtc_latent(
         xi = torch.randn(
             num_samples, *resid.shape, generator=generator, dtype=dtype
         ).to(resid.device)
-        f = mean + (Wc.unsqueeze(0) * eps.unsqueeze(-1)).sum(-2)
+        # eps^T L^{-1} z(x) for every sample and candidate: one product.
+        f = mean + (eps.unsqueeze(-2) @ Wc).squeeze(-2)
         f = f + resid.sqrt() * xi
         chunks.append(f.unsqueeze(-1) if num_outputs == 1 else f.transpose(-1, -2))
     return torch.cat(chunks, dim=-2)

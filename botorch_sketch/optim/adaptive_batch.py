@@ -704,7 +704,7 @@ def _mean_scores(model: NystromGP, transform: ScalarizedPosteriorTransform):
 
     def score(Z: Tensor) -> Tensor:
         with torch.no_grad():
-            mean = model.posterior(Z.to(model.compute_dtype)).mean
+            mean = model.posterior_mean(Z.to(model.compute_dtype))
         return mean @ transform.weights.to(mean) + transform.offset
 
     return score

@@ -243,7 +243,7 @@ def incumbent(model: NystromGP, X: Tensor) -> tuple[int, float]:
     if X.dim() != 2 or X.shape[0] == 0:
         raise ValueError(f"X must be a non-empty n x d tensor, got {tuple(X.shape)}.")
     with torch.no_grad():
-        mean = model.posterior(X).mean.reshape(-1)
+        mean = model.posterior_mean(X).reshape(-1)
     index = int(mean.argmax())
     return index, float(mean[index])
 

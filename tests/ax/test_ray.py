@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from ax import Client, RangeParameterConfig
 from ax.core.trial_status import TrialStatus
+from ax.orchestration.orchestrator_options import OrchestratorOptions
 
 from botorch_sketch.ax import configure_ray, get_generation_strategy
 from botorch_sketch.ax.ray import (
@@ -21,6 +22,7 @@ from botorch_sketch.ax.ray import (
     FINISHED_KEY,
     SUBMITTED_KEY,
     TASK_KEY,
+    LookaheadOrchestrator,
     RayMetric,
     RayRunner,
     parse_outcome,
@@ -405,3 +407,44 @@ def test_gen_filled_batch_gives_one_batch_of_n_and_restores_the_strategy():
     assert len(experiment.trials) == 7  # nothing added
     assert spec.generator_kwargs["acquisition_options"] == options
     assert options["min_batch_size"] == 1
+
+
+def test_snapshot_is_independent_of_the_experiment_and_shares_its_runs():
+    client = make_client(initialization_budget=4)
+    configure_ray(client, make_evaluate(), num_workers=WORKERS)
+    run_trials(client, max_trials=4, parallelism=WORKERS, lookahead=0)
+    experiment = client._experiment
+    running = experiment.new_trial(
+        generator_run=next(iter(experiment.trials.values())).generator_runs[0].clone()
+    )
+    running.mark_running(no_runner_required=True)
+    orchestrator = LookaheadOrchestrator(
+        experiment=experiment,
+        generation_strategy=client._generation_strategy,
+        options=OrchestratorOptions(max_pending_trials=WORKERS),
+        lookahead=2,
+        background=True,
+    )
+    snapshot = orchestrator._snapshot()
+
+    assert snapshot is not experiment
+    assert {i: t.status for i, t in snapshot.trials.items()} == {
+        i: t.status for i, t in experiment.trials.items()
+    }
+    for index, trial in snapshot.trials.items():
+        original = experiment.trials[index]
+        assert trial is not original and trial.experiment is snapshot
+        assert trial.generator_runs[0] is original.generator_runs[0]  # shared
+        assert trial.run_metadata == original.run_metadata
+        assert trial.run_metadata is not original.run_metadata
+    assert snapshot.lookup_data().df.equals(experiment.lookup_data().df)
+    # Changing the experiment afterwards leaves the snapshot as it was.
+    running.mark_completed()
+    running.update_run_metadata({"late": 1})
+    assert snapshot.trials[running.index].status == TrialStatus.RUNNING
+    assert "late" not in snapshot.trials[running.index].run_metadata
+    assert running.index in snapshot.running_trial_indices
+    assert running.index not in experiment.running_trial_indices
+    # A trial added to the snapshot (a queued run) stays out of the experiment.
+    snapshot.new_trial(generator_run=running.generator_runs[0].clone())
+    assert len(snapshot.trials) == len(experiment.trials) + 1

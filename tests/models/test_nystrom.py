@@ -205,6 +205,33 @@ class TestNystromGPContract(BotorchTestCase):
         post = model.posterior(torch.rand(5, 2, dtype=DT), output_indices=[1])
         self.assertEqual(post.mean.shape, torch.Size([3, 5, 1]))
 
+    def test_posterior_mean_equals_the_posterior_s_mean(self):
+        cases = [
+            (1, (), {}),
+            (2, (), {}),
+            (1, (3,), {}),
+            (2, (2,), {}),
+            (
+                1,
+                (),
+                {"input_transform": Normalize(2), "outcome_transform": Standardize(1)},
+            ),
+            (2, (), {"outcome_transform": Standardize(2)}),
+        ]
+        for m, batch, transforms in cases:
+            X, Y = make_data(m=m, batch=batch)
+            model = fitted(NystromGP(X, Y, seed=0, **transforms))
+            for shape in [(5, 2), (4, 1, 5, 2)] if batch else [(5, 2), (4, 3, 5, 2)]:
+                Xt = torch.rand(*shape, dtype=DT) * 1.2 - 0.1
+                mean = model.posterior_mean(Xt)
+                expected = model.posterior(Xt).mean
+                self.assertEqual(mean.shape, expected.shape)
+                self.assertAllClose(mean, expected, atol=1e-10, rtol=1e-10)
+        with self.assertRaisesRegex(ValueError, "d = 2"):
+            model.posterior_mean(torch.rand(5, 3, dtype=DT))
+        with self.assertRaisesRegex(ValueError, "NaN|finite"):
+            model.posterior_mean(torch.full((5, 2), float("nan"), dtype=DT))
+
     def test_subset_output(self):
         X, Y = make_data(m=3)
         model = NystromGP(X, Y, seed=0)
