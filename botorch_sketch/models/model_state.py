@@ -22,7 +22,11 @@ from torch import Tensor
 
 from botorch_sketch.models.extra_state import with_extra_state
 from botorch_sketch.models.nystrom_dictionary import input_rows, locate_rows
-from botorch_sketch.models.sketch_state import SketchState, hyperparameter_state
+from botorch_sketch.models.sketch_state import (
+    SketchState,
+    hyperparameter_state,
+    row_keys,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -179,6 +183,7 @@ class SketchModelStateMixin:
             dictionary_rows=rows.detach().clone(),
             rows_checksum=float(self._train_X[..., rows, :].sum()),
             dictionary_inputs=self.inducing_points.detach().clone(),
+            dictionary_keys=row_keys(input_rows(self._train_X[..., rows, :])),
             num_fit_points=num_fit_points,
             fit_loss=fit_loss,
             num_draws=self.num_draws,

@@ -28,7 +28,7 @@ from gpytorch.module import Module
 from torch import Tensor
 
 from botorch_sketch import linalg
-from botorch_sketch.models.sketch_state import SketchState
+from botorch_sketch.models.sketch_state import SketchState, row_keys
 
 #: Rows per seeded block of :func:`row_uniforms`.
 ROW_UNIFORM_BLOCK = 1024
@@ -101,11 +101,15 @@ def warm_dictionary(train_X: Tensor, state: SketchState) -> Tensor | None:
     r"""A warm start's dictionary among the training rows of ``train_X``.
 
     By its inputs when the state carries them (exact row match, so the data may
-    be reordered), else by its row indices, accepted only if the checksum of
-    ``train_X`` at those rows matches (the data extend the previous model's).
+    be reordered); else by its row indices, accepted if the checksum of
+    ``train_X`` at those rows matches (the data extend the previous model's);
+    else by the keys of its rows (:func:`~botorch_sketch.models.sketch_state.
+    row_keys`), wherever they moved (e.g. Ax inserts a late trial's row before
+    those of trials that completed earlier). Rows whose key is not found are
+    left out.
 
     Returns:
-        The indices, or ``None`` if the rows are not these data's.
+        The indices, or ``None`` if none of the rows are these data's.
     """
     if state.dictionary_inputs is not None:
         return locate_rows(
@@ -116,6 +120,13 @@ def warm_dictionary(train_X: Tensor, state: SketchState) -> Tensor | None:
         checksum = float(train_X[..., rows, :].sum())
         if math.isclose(checksum, state.rows_checksum, rel_tol=1e-9, abs_tol=1e-9):
             return rows
+    if state.dictionary_keys is not None and state.dictionary_keys.numel():
+        keys = row_keys(input_rows(train_X))
+        found = locate_rows(
+            keys.unsqueeze(-1), state.dictionary_keys.to(keys).unsqueeze(-1)
+        )
+        if found.numel():
+            return torch.unique(found)
     return None
 
 

@@ -2,7 +2,8 @@ r"""The state a :class:`~botorch_sketch.models.NystromGP` carries to the next mo
 
 A loop (BoTorch's, Ax's) builds a new model at every call. :class:`SketchState`
 holds what the next one starts from: hyperparameters, the dictionary (as row
-indices with a checksum, and as inputs) and the fit schedule's bookkeeping. It
+indices with a checksum, as keys of its input rows, and as inputs) and the fit
+schedule's bookkeeping. It
 has a JSON form (:meth:`SketchState.to_dict`) for Ax's generator state, and is
 checked when it is loaded (:meth:`SketchState.problems`): a state with
 non-finite numbers or out-of-range rows cannot be used.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import math
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +25,7 @@ from torch import Tensor
 
 from botorch_sketch.models.extra_state import EXTRA_STATE_KEY
 
-__all__ = ["SketchState", "hyperparameter_state"]
+__all__ = ["SketchState", "hyperparameter_state", "row_keys"]
 
 #: State-dict prefixes that are not hyperparameters: transforms are refitted to
 #: the current data by the new model itself.
@@ -34,12 +36,14 @@ _NOT_HYPERPARAMETERS = ("outcome_transform.", "input_transform.", EXTRA_STATE_KE
 class SketchState:
     r"""What a :class:`NystromGP` carries to the next model of a loop.
 
-    The dictionary is recorded twice: as row indices into the training data of
-    the model that produced the state (with a checksum of those rows), which is
-    compact and survives when the next model's data extend this one's (BoTorch
-    and Ax loops append observations), and, in memory, as the transformed inputs
-    themselves, which the next model locates among its own even if the data were
-    reordered.
+    The dictionary is recorded three times: as row indices into the training
+    data of the model that produced the state (with a checksum of those rows),
+    which is compact and survives when the next model's data extend this one's
+    (BoTorch loops append observations); as 32-bit keys of its input rows
+    (:func:`row_keys`), which the next model finds among its own rows wherever
+    they moved (Ax orders its training data by trial index, so a trial that
+    completes after later ones is inserted before them, as in asynchronous
+    loops); and, in memory, as the transformed inputs themselves.
 
     Attributes:
         hyperparameters: Kernel, mean and likelihood state (no transforms, no
@@ -58,6 +62,8 @@ class SketchState:
             from the second).
         dictionary_inputs: Optional ``batch_shape x (m) x |S| x d`` transformed
             inputs of the dictionary (not in the compact JSON form).
+        dictionary_keys: Optional ``|S|`` keys of the dictionary's input rows
+            (:func:`row_keys`; about 5.3 characters per row in the JSON form).
     """
 
     hyperparameters: Mapping[str, Tensor]
@@ -69,6 +75,7 @@ class SketchState:
     sketch_ridge: float = math.nan
     drift_refits: int = 0
     dictionary_inputs: Tensor | None = None
+    dictionary_keys: Tensor | None = None
 
     def to_dict(self, compact: bool = True) -> dict[str, Any]:
         r"""A JSON-ready form (lists, numbers and strings), e.g. for Ax.
@@ -92,6 +99,13 @@ class SketchState:
             "sketch_ridge": float(self.sketch_ridge),
             "drift_refits": int(self.drift_refits),
         }
+        if self.dictionary_keys is not None:
+            keys = self.dictionary_keys.cpu()
+            out["dictionary_keys"] = (
+                base64.b64encode(keys.numpy().astype("<u4").tobytes()).decode("ascii")
+                if compact
+                else keys.tolist()
+            )
         if not compact and self.dictionary_inputs is not None:
             out["dictionary_inputs"] = _tensor_to_dict(self.dictionary_inputs)
         return out
@@ -130,6 +144,13 @@ class SketchState:
             and not torch.isfinite(self.dictionary_inputs).all()
         ):
             found.append("dictionary inputs are not finite")
+        keys = self.dictionary_keys
+        if (
+            keys is not None
+            and keys.numel()
+            and not (int(keys.min()) >= 0 and int(keys.max()) < 2**32)
+        ):
+            found.append("dictionary keys outside [0, 2^32)")
         return found
 
     @classmethod
@@ -157,6 +178,7 @@ class SketchState:
         rows = state["dictionary_rows"]
         rows = _mask_to_rows(rows) if isinstance(rows, str) else torch.tensor(rows)
         inputs = state.get("dictionary_inputs")
+        keys = state.get("dictionary_keys")
         return cls(
             hyperparameters={
                 k: _tensor_from_dict(v, dtype)
@@ -172,6 +194,7 @@ class SketchState:
             dictionary_inputs=None
             if inputs is None
             else _tensor_from_dict(inputs, dtype),
+            dictionary_keys=None if keys is None else _keys_from_json(keys),
         )
 
 
@@ -201,6 +224,35 @@ def _mask_to_rows(text: str) -> Tensor:
             f"warm_start dictionary_rows is not a row mask: {err}"
         ) from err
     return torch.from_numpy(np.flatnonzero(bits[: int(n_text)]).astype(np.int64))
+
+
+def row_keys(rows: Tensor) -> Tensor:
+    r"""A 32-bit key per row of ``rows`` (``n x D``): CRC-32 of its float64 bytes.
+
+    The same inputs give the same key in any process (unlike Python's salted
+    ``hash``); different rows collide with probability ``2^-32`` per pair, and a
+    collision only swaps which of two points a warm start keeps.
+
+    Returns:
+        An ``n`` int64 tensor of keys in ``[0, 2^32)`` (on ``rows``' device).
+    """
+    values = np.ascontiguousarray(rows.detach().to("cpu", torch.float64).numpy())
+    keys = [zlib.crc32(row.tobytes()) for row in values]
+    return torch.tensor(keys, dtype=torch.int64, device=rows.device)
+
+
+def _keys_from_json(keys: Any) -> Tensor:
+    if isinstance(keys, str):
+        try:
+            raw = base64.b64decode(keys, validate=True)
+        except ValueError as err:
+            raise ValueError(
+                f"warm_start dictionary_keys is not base64: {err}"
+            ) from err
+        if len(raw) % 4:
+            raise ValueError("warm_start dictionary_keys is not a uint32 array.")
+        return torch.from_numpy(np.frombuffer(raw, dtype="<u4").astype(np.int64))
+    return torch.tensor(list(keys), dtype=torch.int64)
 
 
 def hyperparameter_state(model: torch.nn.Module) -> dict[str, Tensor]:

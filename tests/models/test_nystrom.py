@@ -904,21 +904,41 @@ class TestNystromGPBudget(BotorchTestCase):
             self.assertTrue(torch.equal(s.dictionary_rows, model.dictionary_indices))
             for k, v in state.hyperparameters.items():
                 self.assertTrue(torch.equal(s.hyperparameters[k], v), k)
+        self.assertTrue(torch.equal(compact.dictionary_keys, state.dictionary_keys))
+        self.assertEqual(compact.dictionary_keys.numel(), model.dictionary_size)
         perm = torch.randperm(150, generator=torch.Generator().manual_seed(4))
         shuffled = NystromGP(X[perm], Y[perm], seed=0, exact_max_n=0)
-        # Reordered data: the inputs locate the dictionary, the row indices do not.
-        located = shuffled._warm_dictionary(full)
-        self.assertTrue(
-            torch.equal(torch.sort(perm[located]).values, model.dictionary_indices)
-        )
-        self.assertEqual(shuffled._warm_dictionary(compact).numel(), 0)
+        # Reordered data: the inputs and the row keys locate the dictionary; the
+        # row indices alone (a state without keys) do not.
+        for s in (full, compact):
+            located = shuffled._warm_dictionary(s)
+            self.assertTrue(
+                torch.equal(torch.sort(perm[located]).values, model.dictionary_indices)
+            )
+        legacy = replace(compact, dictionary_keys=None)
+        self.assertEqual(shuffled._warm_dictionary(legacy).numel(), 0)
         # Extended data (a loop appends): the row indices are valid.
         extended = NystromGP(torch.cat([X, X[:5] + 0.5]), torch.cat([Y, Y[:5]]), seed=0)
-        self.assertTrue(
-            torch.equal(extended._warm_dictionary(compact), model.dictionary_indices)
+        for s in (compact, legacy):
+            self.assertTrue(
+                torch.equal(extended._warm_dictionary(s), model.dictionary_indices)
+            )
+        # A row inserted in the middle (Ax: a trial completing after later ones)
+        # shifts the rows after it: the keys still find every dictionary point.
+        inserted = NystromGP(
+            torch.cat([X[:70], X[:1] + 0.5, X[70:]]),
+            torch.cat([Y[:70], Y[:1], Y[70:]]),
+            seed=0,
         )
+        shifted = model.dictionary_indices + (model.dictionary_indices >= 70).long()
+        self.assertTrue(torch.equal(inserted._warm_dictionary(compact), shifted))
+        self.assertEqual(inserted._warm_dictionary(legacy).numel(), 0)
         with self.assertRaisesRegex(ValueError, "row mask"):
             SketchState.from_dict({**state.to_dict(), "dictionary_rows": "garbage"})
+        with self.assertRaisesRegex(ValueError, "dictionary_keys"):
+            SketchState.from_dict({**state.to_dict(), "dictionary_keys": "a!b"})
+        with self.assertRaisesRegex(ValueError, "dictionary_keys"):
+            SketchState.from_dict({**state.to_dict(), "dictionary_keys": "AAA="})
 
     def test_warm_draws_are_coupled_across_calls(self):
         """A loop adding one point per call keeps most of its sketch (coupled

@@ -131,7 +131,9 @@ def _state(model):
     return model.sketch_state()
 
 
-@pytest.mark.parametrize("fault", ["nan", "inf", "negative_row", "row_past_end"])
+@pytest.mark.parametrize(
+    "fault", ["nan", "inf", "negative_row", "row_past_end", "key_out_of_range"]
+)
 def test_unusable_warm_start_is_discarded_and_fits_from_scratch(fault):
     X, Y = data(n=80)
     kwargs = {"seed": 0, "exact_max_n": 0, "max_dictionary_size": 20}
@@ -143,8 +145,11 @@ def test_unusable_warm_start_is_discarded_and_fits_from_scratch(fault):
         hyper[key] = torch.full_like(hyper[key], math.nan if fault == "nan" else 1e400)
     elif fault == "negative_row":
         rows[0] = -3
-    else:
+    elif fault == "row_past_end":
         rows[-1] = 10_000
+    keys = state.dictionary_keys.clone()
+    if fault == "key_out_of_range":
+        keys[0] = 2**40
     bad = SketchState(
         hyperparameters=hyper,
         dictionary_rows=rows,
@@ -154,6 +159,7 @@ def test_unusable_warm_start_is_discarded_and_fits_from_scratch(fault):
         num_draws=state.num_draws,
         sketch_ridge=state.sketch_ridge,
         dictionary_inputs=None,
+        dictionary_keys=keys,
     )
     for warm in (bad, bad.to_dict(compact=False)):
         with pytest.warns(RuntimeWarning, match="warm_start discarded"):
