@@ -92,6 +92,7 @@ __all__ = [
     "RayMetric",
     "RayRunner",
     "configure_ray",
+    "refill_size",
     "register_ray_storage",
     "run_trials",
 ]
@@ -567,10 +568,16 @@ class LookaheadOrchestrator(Orchestrator):
     ``L`` runs are generated ahead (in the time the Orchestrator would otherwise
     wait for a worker). With ``background``, the refill runs in a thread:
     whenever the queue holds fewer than ``L`` runs and no refill is running,
-    ``min(L, max_pending_trials)`` runs are generated on a copy of the
-    experiment in which the queued runs are running trials (all hallucinated),
-    while the Orchestrator goes on polling and serving freed workers from the
-    queue; a request that finds the queue empty waits for the refill.
+    ``s`` runs are generated on a copy of the experiment in which the queued
+    runs are running trials (all hallucinated), while the Orchestrator goes on
+    polling and serving freed workers from the queue; a request that finds the
+    queue empty waits for the refill. The refill size follows the demand
+    (:func:`refill_size`): ``s = clip(2 D, k, L)``, with ``D`` the trials
+    requested while the previous refill ran and ``k = max_pending_trials`` (the
+    first refill has ``k``). A refill's fixed cost (the fit, Ax's data
+    extraction, the posterior's factors) then spreads over more trials when the
+    refills fall behind the workers (thousands of trials), and the queued
+    points stay fresh while they keep up.
     Generation then holds a free worker only when the queue runs dry, and a
     generation's cost overlaps the evaluations instead of adding to the wall
     time. The queue is never stored (a reloaded experiment regenerates); a
@@ -627,6 +634,10 @@ class LookaheadOrchestrator(Orchestrator):
         self._queue: deque[tuple[GeneratorRun, int]] = deque()
         self._queue_node: str | None = None
         self._worker: _BackgroundGeneration | None = None
+        #: Trials requested so far (free slots asked for, served or not).
+        self._demand = 0
+        #: The next background refill's size (``None``: ``k``).
+        self._refill_size: int | None = None
 
     @property
     def queued(self) -> int:
@@ -651,6 +662,7 @@ class LookaheadOrchestrator(Orchestrator):
         r"""``num_trials`` one-arm runs: queued ones, else generated (``L`` more)."""
         wall, cpu = time.perf_counter(), self._cpu()
         before, requested = len(self.experiment.trials), num_trials
+        self._demand += num_trials
         self._drop_stale_queue()
         if not self._queue and self._worker is not None:
             self._finish_background(wait=True)  # the refill in flight serves
@@ -758,12 +770,14 @@ class LookaheadOrchestrator(Orchestrator):
         ):
             return
         snapshot = self._snapshot()
+        size = self._refill_size or self._get_max_pending_trials()
         self._worker = _BackgroundGeneration(
             self,
             snapshot,
-            count=min(self.lookahead, left, self._get_max_pending_trials()),
+            count=min(size, self.lookahead, left),
             completed=self._num_completed(),
             num_trials=len(self.experiment.trials),
+            demand=self._demand,
         )
         self._worker.thread.start()
 
@@ -803,6 +817,9 @@ class LookaheadOrchestrator(Orchestrator):
         worker.thread.join()
         self._worker = None
         self.generation_strategy.experiment = self.experiment  # not the snapshot
+        self._refill_size = refill_size(
+            self._demand - worker.demand, self._get_max_pending_trials(), self.lookahead
+        )
         runs = worker.runs or []
         self.generation_calls.append(
             GenerationCall(
@@ -888,6 +905,7 @@ class _BackgroundGeneration:
         error: The exception the generation raised, if any.
         completed: Completed trials when the snapshot was taken (the runs' age).
         num_trials: Trials in the experiment at the snapshot.
+        demand: The orchestrator's count of requested trials at the start.
         wall, cpu: Wall and thread CPU seconds of the generation.
     """
 
@@ -898,8 +916,10 @@ class _BackgroundGeneration:
         count: int,
         completed: int,
         num_trials: int,
+        demand: int = 0,
     ) -> None:
         self.runs: list[list[GeneratorRun]] | None = None
+        self.demand = demand
         self.error: Exception | None = None
         self.completed = completed
         self.num_trials = num_trials
@@ -924,6 +944,19 @@ class _BackgroundGeneration:
             self.error = err
         self.wall = time.perf_counter() - wall
         self.cpu = time.thread_time() - cpu
+
+
+def refill_size(demand: int, parallelism: int, lookahead: int) -> int:
+    r"""The next background refill's size: ``clip(2 D, k, L)``.
+
+    ``D = demand``: trials requested while the previous refill ran; twice that
+    leaves a margin for a refill that takes longer than the last (the data
+    grow); at least ``k = parallelism`` (every worker served once), at most
+    ``L = lookahead`` (the queue's target, which bounds how stale a queued
+    point may get; ``L < k`` gives ``L``).
+    """
+    upper = max(int(lookahead), 1)
+    return max(min(2 * max(int(demand), 0), upper), min(int(parallelism), upper))
 
 
 def _shared_objects(experiment: Any) -> dict[int, Any]:
