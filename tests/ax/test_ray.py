@@ -26,6 +26,7 @@ from botorch_sketch.ax.ray import (
     RayMetric,
     RayRunner,
     parse_outcome,
+    refill_size,
     run_trials,
 )
 from botorch_sketch.ax.trials import gen_filled_batch, trials_left_in_generating_node
@@ -448,3 +449,43 @@ def test_snapshot_is_independent_of_the_experiment_and_shares_its_runs():
     # A trial added to the snapshot (a queued run) stays out of the experiment.
     snapshot.new_trial(generator_run=running.generator_runs[0].clone())
     assert len(snapshot.trials) == len(experiment.trials) + 1
+
+
+@pytest.mark.parametrize(
+    ("demand", "parallelism", "lookahead", "expected"),
+    [
+        (0, 8, 16, 8),  # refills keep up: one per worker
+        (3, 8, 16, 8),
+        (5, 8, 16, 10),  # twice the demand met during the last refill
+        (20, 8, 16, 16),  # never past the lookahead
+        (20, 8, 4, 4),  # a lookahead below k bounds it too
+        (-1, 3, 6, 3),
+    ],
+)
+def test_refill_size_follows_the_demand(demand, parallelism, lookahead, expected):
+    assert refill_size(demand, parallelism, lookahead) == expected
+
+
+def test_refill_size_grows_when_workers_wait(monkeypatch):
+    client = make_client(initialization_budget=4)
+    configure_ray(client, make_evaluate(sleep=0.01), num_workers=WORKERS)
+    sizes = []
+    original = LookaheadOrchestrator._start_background
+
+    def record(self):
+        original(self)
+        if self._worker is not None:
+            sizes.append(self._refill_size)
+
+    monkeypatch.setattr(LookaheadOrchestrator, "_start_background", record)
+    orchestrator = run_trials(
+        client, max_trials=24, parallelism=WORKERS, lookahead=4 * WORKERS
+    )
+    assert len(client._experiment.trials) == 24
+    assert trials_by_status(client) == {TrialStatus.COMPLETED: list(range(24))}
+    refills = [c for c in orchestrator.generation_calls if c.background]
+    assert refills and sizes[0] is None  # the first refill: k runs
+    assert refills[0].generated == WORKERS
+    # 10 ms evaluations finish while a refill runs: the next ones are larger.
+    assert max(c.generated for c in refills) > WORKERS
+    assert all(c.generated <= 4 * WORKERS for c in refills)
