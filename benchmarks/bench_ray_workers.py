@@ -14,9 +14,9 @@ the same runner and ``k`` workers:
   (default ``k``) generated ahead and queued for the next free slots, refilled
   while every worker is busy; ``bbkb lookahead, not ahead``: refilled only when
   a slot frees and the queue is empty;
-- ``bbkb background``: ``run_trials``' default: a queue of ``lookahead``
-  (default ``2k``) trials refilled in a thread (``background=True``) while
-  freed workers are served from it;
+- ``bbkb background``: ``run_trials``' default: a queue refilled in a thread
+  (``background=True``) while freed workers are served from it, by refills of
+  ``k`` to ``lookahead`` (default ``4k``) trials sized by the demand;
 - ``ax default async``: the same loop with Ax's default strategy (Sobol, then
   BoTorch's GP with qLogNEI; Ax caps its parallelism itself); ``ax default
   background``: Ax's default with the background refill (``lookahead = k``);
@@ -157,7 +157,7 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
         calls = per_slot(client, args.trials, k)
     else:
         queued = "lookahead" in method or "background" in method
-        default = 2 * k if "background" in method else k  # run_trials' default
+        default = 4 * k if "background" in method else k  # run_trials' default
         lookahead = (args.lookahead or default) if queued else 0
         orchestrator = LookaheadOrchestrator(
             experiment=client._experiment,
@@ -268,7 +268,7 @@ def main() -> None:
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS))
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument(
-        "--lookahead", type=int, default=0, help="0: 2k in background, else k"
+        "--lookahead", type=int, default=0, help="0: 4k in background, else k"
     )
     parser.add_argument("--tag", default="")
     args = parser.parse_args()

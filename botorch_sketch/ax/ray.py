@@ -21,8 +21,9 @@ launches), keeps ``k`` trials in flight:
   per trial, each hallucinating the ones before; with a BBKB strategy, one
   batch of that many points), and with ``lookahead = L > 0``
   ``L`` trials more are generated, kept in memory and handed to the next
-  free slots without a fit; by default (``L = 2 k``, ``background=True``) that
-  queue is refilled in a thread while freed workers are served from it. Queued
+  free slots without a fit; by default (``L = 4 k``, ``background=True``) that
+  queue is refilled in a thread while freed workers are served from it, by
+  refills whose size follows the demand (between ``k`` and ``L``). Queued
   trials come from the posterior of their generation call with the then
   running and queued trials hallucinated (asynchronous BBKB's batch-start
   posterior); a queued trial is dropped when ``max_queue_age`` trials have
@@ -567,17 +568,18 @@ class LookaheadOrchestrator(Orchestrator):
     With ``generate_ahead``, while every worker is busy and the queue is empty,
     ``L`` runs are generated ahead (in the time the Orchestrator would otherwise
     wait for a worker). With ``background``, the refill runs in a thread:
-    whenever the queue holds fewer than ``L`` runs and no refill is running,
+    whenever the queue holds fewer than ``s`` runs and no refill is running,
     ``s`` runs are generated on a copy of the experiment in which the queued
     runs are running trials (all hallucinated), while the Orchestrator goes on
     polling and serving freed workers from the queue; a request that finds the
     queue empty waits for the refill. The refill size follows the demand
     (:func:`refill_size`): ``s = clip(2 D, k, L)``, with ``D`` the trials
     requested while the previous refill ran and ``k = max_pending_trials`` (the
-    first refill has ``k``). A refill's fixed cost (the fit, Ax's data
-    extraction, the posterior's factors) then spreads over more trials when the
-    refills fall behind the workers (thousands of trials), and the queued
-    points stay fresh while they keep up.
+    first refill has ``k``; ``s`` is also the queue's target). A refill's
+    fixed cost (the fit, Ax's data extraction, the posterior's factors) then
+    spreads over more trials when the refills fall behind the workers
+    (thousands of trials), and the queued points stay fresh while they keep
+    up.
     Generation then holds a free worker only when the queue runs dry, and a
     generation's cost overlaps the evaluations instead of adding to the wall
     time. The queue is never stored (a reloaded experiment regenerates); a
@@ -762,7 +764,8 @@ class LookaheadOrchestrator(Orchestrator):
         if self.lookahead == 0 or self._worker is not None:
             return
         left = getattr(self, "_num_remaining_requested_trials", 0) - len(self._queue)
-        if left < 1 or len(self._queue) >= self.lookahead:
+        size = min(self._refill_size or self._get_max_pending_trials(), self.lookahead)
+        if left < 1 or len(self._queue) >= size:
             return
         if (
             trials_left_in_generating_node(self.generation_strategy, self.experiment)
@@ -770,11 +773,10 @@ class LookaheadOrchestrator(Orchestrator):
         ):
             return
         snapshot = self._snapshot()
-        size = self._refill_size or self._get_max_pending_trials()
         self._worker = _BackgroundGeneration(
             self,
             snapshot,
-            count=min(size, self.lookahead, left),
+            count=min(size, left),
             completed=self._num_completed(),
             num_trials=len(self.experiment.trials),
             demand=self._demand,
@@ -1015,10 +1017,11 @@ def run_trials(
     call (one model fit) per trial. This runs a :class:`LookaheadOrchestrator`
     with that minimum at zero, no sleep between polls (the :class:`RayRunner`'s
     poll waits for a task to finish instead) and all free slots asked for at once.
-    By default the queue holds up to ``2 k`` trials generated ahead and is
-    refilled in a background thread (``lookahead=None``, ``background=True``),
-    so that a freed worker is served from the queue while the next trials are
-    generated.
+    By default the queue holds trials generated ahead and is refilled in a
+    background thread (``lookahead=None``, ``background=True``), so that a freed
+    worker is served from the queue while the next trials are generated; the
+    refills hold ``k`` trials while they keep up with the workers and grow up to
+    ``4 k`` when they do not (:func:`refill_size`).
 
     Args:
         client: A client configured with :func:`configure_ray`.
@@ -1027,8 +1030,9 @@ def run_trials(
         tolerated_trial_failure_rate: Share of failed trials the run tolerates.
         logging_level: Level of the Orchestrator's log messages.
         lookahead: Trials generated ahead per generation call, queued for the
-            next free slots (:class:`LookaheadOrchestrator`); 0: none;
-            ``None``: ``2 * parallelism``.
+            next free slots (:class:`LookaheadOrchestrator`; with
+            ``background``, the largest refill); 0: none; ``None``: ``4 *
+            parallelism``.
         max_queue_age: Completed trials after which queued ones are dropped;
             ``None``: ``parallelism`` (plus ``2 * lookahead`` with
             ``background``).
@@ -1045,7 +1049,7 @@ def run_trials(
     _check_count("max_trials", max_trials, minimum=0)
     _check_count("parallelism", parallelism, minimum=1)
     if lookahead is None:
-        lookahead = 2 * int(parallelism)
+        lookahead = 4 * int(parallelism)
     _check_count("lookahead", lookahead, minimum=0)
     if max_queue_age is not None:
         _check_count("max_queue_age", max_queue_age, minimum=1)
