@@ -302,13 +302,7 @@ class DTCPosteriorMixin:
             A ``GPyTorchPosterior`` with the joint DTC covariance, computed in
             :attr:`compute_dtype` and returned in :attr:`data_dtype`.
         """
-        check_finite(X, "X")
-        if X.dim() < 2 or X.shape[-1] != self.input_dim:
-            raise ValueError(
-                f"X must be batch_shape x q x d with d = "
-                f"{self.input_dim}, got {tuple(X.shape)}."
-            )
-        check_batch_shape(X, self._input_batch_shape)
+        self._check_test_inputs(X)
         if output_indices is not None and len(output_indices) == 1 < self.num_outputs:
             # BoTorch's batched multi-output posterior cannot build a one-task
             # MultitaskMultivariateNormal; a single output is a single-output model.
@@ -329,6 +323,17 @@ class DTCPosteriorMixin:
             return posterior_transform(posterior)
         return posterior
 
+    def _check_test_inputs(self, X: Tensor) -> None:
+        r"""``X`` is finite, ``batch_shape x q x d`` with the model's ``d`` and a
+        batch shape that broadcasts with the model's."""
+        check_finite(X, "X")
+        if X.dim() < 2 or X.shape[-1] != self.input_dim:
+            raise ValueError(
+                f"X must be batch_shape x q x d with d = "
+                f"{self.input_dim}, got {tuple(X.shape)}."
+            )
+        check_batch_shape(X, self._input_batch_shape)
+
     def posterior_mean(self, X: Tensor) -> Tensor:
         r"""The posterior mean at ``X`` alone, without gradients.
 
@@ -345,13 +350,7 @@ class DTCPosteriorMixin:
             A ``batch_shape x q x m`` tensor in the original outcome space and
             the data's dtype.
         """
-        check_finite(X, "X")
-        if X.dim() < 2 or X.shape[-1] != self.input_dim:
-            raise ValueError(
-                f"X must be batch_shape x q x d with d = "
-                f"{self.input_dim}, got {tuple(X.shape)}."
-            )
-        check_batch_shape(X, self._input_batch_shape)
+        self._check_test_inputs(X)
         self.eval()
         with torch.no_grad():
             Xt = self.transform_inputs(X.to(self._compute_dtype))
