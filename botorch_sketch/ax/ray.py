@@ -591,7 +591,8 @@ class LookaheadOrchestrator(Orchestrator):
         experiment, generation_strategy, options, db_settings: As
             ``Orchestrator``; use ``options.run_trials_in_batches=True`` so that
             all free slots are asked for at once.
-        lookahead: Trials generated ahead per generation call (``L >= 0``).
+        lookahead: Trials generated ahead per generation call (``L >= 0``); with
+            ``background``, the largest refill (:func:`refill_size`).
         max_queue_age: Completed trials after which queued runs are dropped
             (``>= 1``); ``None``: ``options.max_pending_trials`` (plus
             ``2 * lookahead`` with ``background``).
