@@ -973,11 +973,10 @@ def _shared_objects(experiment: Any) -> dict[int, Any]:
     if experiment.runner is not None:
         shared.append(experiment.runner)
     for trial in experiment.trials.values():
-        for run in trial.generator_runs:
+        for run in trial.generator_runs:  # a trial's arms are its runs' arms
             shared.append(run)
             shared.extend(run.arms)
-        shared.extend(trial.arms)
-    shared.extend(experiment.arms_by_name.values())
+    shared.extend(experiment.arms_by_name.values())  # and e.g. the status quo
     return {id(obj): obj for obj in shared}
 
 

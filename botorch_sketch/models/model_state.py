@@ -178,12 +178,13 @@ class SketchModelStateMixin:
             0,
         )
         rows = self.dictionary_indices
+        at_rows = self._train_X[..., rows, :]  # = self.inducing_points
         return SketchState(
             hyperparameters=hyperparameter_state(self),
             dictionary_rows=rows.detach().clone(),
-            rows_checksum=float(self._train_X[..., rows, :].sum()),
-            dictionary_inputs=self.inducing_points.detach().clone(),
-            dictionary_keys=row_keys(input_rows(self._train_X[..., rows, :])),
+            rows_checksum=float(at_rows.sum()),
+            dictionary_inputs=at_rows.detach().clone(),
+            dictionary_keys=row_keys(input_rows(at_rows)),
             num_fit_points=num_fit_points,
             fit_loss=fit_loss,
             num_draws=self.num_draws,
