@@ -79,6 +79,11 @@ batches of ``--batch``):
   ``restart_maxiter=10`` / ``30`` / ``200`` (L-BFGS-B iterations of the greedy
   steps started from the previous step's maxima; 200 is BoTorch's default, the
   only setting before the option existed).
+- ``bbkb-pgtol5`` / ``bbkb-gtol3``: ``"bbkb"`` with ``gradient_tolerance=None``
+  (SciPy's absolute L-BFGS-B ``pgtol = 1e-5`` in every greedy step, the only
+  setting before the option existed, commit <GTOL>: every earlier ``bbkb`` row was
+  relabelled so) / ``3e-3`` (the default is ``1e-2``;
+  :mod:`botorch_sketch.optim.step_tolerance`).
 - ``bbkb-basin0.34``: ``"bbkb"`` with ``basin_share=0.34`` (a 3-point Thompson fill,
   batches of 8, gets one point in another basin; 0.25 gives none).
 - ``bbkb-before-turns`` (rows only, not runnable): ``"bbkb"`` before the basin
@@ -168,6 +173,8 @@ METHODS = (
     "bbkb-rmi10",
     "bbkb-rmi30",
     "bbkb-rmi200",
+    "bbkb-pgtol5",
+    "bbkb-gtol3",
     "ax-default",
 )
 #: Benchmark names of a package strategy with options: ``name -> (strategy, options)``.
@@ -191,6 +198,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "bbkb-rmi10": ("bbkb", {"restart_maxiter": 10}),
     "bbkb-rmi30": ("bbkb", {"restart_maxiter": 30}),
     "bbkb-rmi200": ("bbkb", {"restart_maxiter": 200}),
+    "bbkb-pgtol5": ("bbkb", {"gradient_tolerance": None}),
+    "bbkb-gtol3": ("bbkb", {"gradient_tolerance": 3e-3}),
 }
 KEY = ("problem", "method", "seed", "budget", "batch")
 PENDING = """```

@@ -36,6 +36,11 @@ Options (``acquisition_options`` of the generator, stored in Ax JSON):
   samples (:func:`~botorch_sketch.optim.optimize_acqf_adaptive_batch`).
 - ``restart_maxiter`` (``None``): L-BFGS-B iterations of those steps (``None``:
   as the first step's).
+- ``gradient_tolerance`` (``1e-2``): on a box, L-BFGS-B's projected-gradient
+  tolerance of each greedy step, relative to the outcome's prior standard
+  deviation per box width (:mod:`~botorch_sketch.optim.step_tolerance`);
+  ``None``: SciPy's absolute ``1e-5``. A ``pgtol`` in Ax's optimizer
+  ``options`` takes precedence.
 - ``thompson_fill`` (``0``; the strategies' default is ``0.5``): on a box, the
   fraction of the points that ``min_batch_size`` adds past the rule's stop that
   are maximisers of posterior samples (Thompson sampling) rather than the next
@@ -79,6 +84,7 @@ from botorch_sketch.optim.adaptive_batch import (
     optimize_acqf_adaptive_batch,
 )
 from botorch_sketch.optim.new_points import NeighborhoodSearch
+from botorch_sketch.optim.step_tolerance import DEFAULT_GRADIENT_TOLERANCE
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +102,7 @@ ADAPTIVE_BATCH_OPTIONS: dict[str, Any] = {
     "num_reference_points": 1024,
     "reuse_restarts": True,
     "restart_maxiter": None,
+    "gradient_tolerance": DEFAULT_GRADIENT_TOLERANCE,
     "thompson_fill": DEFAULT_THOMPSON_FILL,
     "basin_share": DEFAULT_BASIN_SHARE,
 }
@@ -232,6 +239,7 @@ class AdaptiveBatchAcquisition(Acquisition):
             new_point_search=search,
             reuse_restarts=bool(self._option("reuse_restarts")),
             restart_maxiter=self._option("restart_maxiter"),
+            gradient_tolerance=self._option("gradient_tolerance"),
             thompson_fill=self._thompson_fill(
                 choices is None and step_optimizer is None
             ),

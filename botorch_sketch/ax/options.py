@@ -137,6 +137,7 @@ VALIDATORS: dict[str, Validator] = {
     "allow_repeats": _boolean,
     "reuse_restarts": _boolean,
     "restart_maxiter": _optional(_positive_int),
+    "gradient_tolerance": _optional(_finite(0.0, strict=True)),
     "thompson_fill": _fraction,
     "basin_share": _fraction,
     "paper_phases": _boolean,

@@ -75,6 +75,7 @@ from botorch_sketch.models.nystrom_inputs import (
     POLICY_OPTION_DEFAULTS,
 )
 from botorch_sketch.optim.adaptive_batch_inputs import DEFAULT_BASIN_SHARE
+from botorch_sketch.optim.step_tolerance import DEFAULT_GRADIENT_TOLERANCE
 
 __all__ = [
     "StrategyRecipe",
@@ -140,6 +141,7 @@ _NYSTROM_OPTIONS: dict[str, Any] = {
     **_SKETCH_OPTIONS,
     "candidate_set": None,
     "allow_repeats": False,
+    "gradient_tolerance": DEFAULT_GRADIENT_TOLERANCE,
     **LIBRARY_OPTIONS,
 }
 _BBKB_OPTIONS: dict[str, Any] = {
@@ -185,6 +187,7 @@ def _nystrom_kwargs(rule: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
             "min_batch_size": opts["min_batch_size"],
             "reuse_restarts": opts["reuse_restarts"],
             "restart_maxiter": opts["restart_maxiter"],
+            "gradient_tolerance": opts["gradient_tolerance"],
             "thompson_fill": float(opts["thompson_fill"]),
             "basin_share": float(opts["basin_share"]),
             "candidate_set": opts["candidate_set"],
@@ -219,6 +222,7 @@ def _library_kwargs(rule: str, opts: dict[str, Any]) -> dict[str, Any]:
         k: box_defaults[k]
         for k in ("reuse_restarts", "restart_maxiter", "thompson_fill", "basin_share")
     }
+    box_only["gradient_tolerance"] = _NYSTROM_OPTIONS["gradient_tolerance"]
     _check_unused(opts, box_only, "on a box, without a candidate_set")
     keys = ("q_bar", "alpha", "beta", "allow_repeats", "seed", *LIBRARY_OPTIONS)
     return {

@@ -129,6 +129,10 @@ from botorch_sketch.optim.new_points import (
     new_point_step,
     observed_inputs,
 )
+from botorch_sketch.optim.step_tolerance import (
+    DEFAULT_GRADIENT_TOLERANCE,
+    with_gradient_tolerance,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -206,6 +210,7 @@ def optimize_acqf_adaptive_batch(
     hallucination: str = DEFAULT_HALLUCINATION,
     reuse_restarts: bool = True,
     restart_maxiter: int | None = None,
+    gradient_tolerance: float | None = DEFAULT_GRADIENT_TOLERANCE,
     thompson_fill: float = DEFAULT_THOMPSON_FILL,
     basin_share: float = DEFAULT_BASIN_SHARE,
     prefer_new_points: bool = True,
@@ -271,6 +276,12 @@ def optimize_acqf_adaptive_batch(
             every step after the first (``maxiter``, at most ``options``'s):
             its starts are near local maxima already. ``None``: the first
             step's (``options``, else BoTorch's 200).
+        gradient_tolerance: On a box without ``step_optimizer``, L-BFGS-B's
+            projected-gradient tolerance of every greedy step relative to the
+            outcome's prior standard deviation per box width
+            (:mod:`~botorch_sketch.optim.step_tolerance`, Eq. (1); default
+            ``DEFAULT_GRADIENT_TOLERANCE = 1e-2``). ``None``, or ``pgtol`` /
+            ``gtol`` in ``options``: SciPy's absolute ``1e-5`` (or the given one).
         thompson_fill: Fraction ``f in [0, 1]`` of the points that
             ``min_batch_size`` adds past the rule's stop that are drawn by
             Thompson sampling (:func:`thompson_fill_points`) instead of the
@@ -343,6 +354,7 @@ def optimize_acqf_adaptive_batch(
         hallucination=hallucination,
         reuse_restarts=reuse_restarts,
         restart_maxiter=restart_maxiter,
+        gradient_tolerance=gradient_tolerance,
         thompson_fill=thompson_fill,
         basin_share=basin_share,
         prefer_new_points=prefer_new_points,
@@ -410,6 +422,11 @@ def _batch_on_domain(inputs: AdaptiveBatchInputs) -> tuple[Tensor, Tensor]:
     if inputs.step_optimizer is not None and inputs.prefer_new_points:
         taken = observed_inputs(model)
         taken = taken if base is None else torch.cat([taken, base.to(taken)])
+    step_options = inputs.options
+    if inputs.step_optimizer is None:
+        step_options = with_gradient_tolerance(
+            inputs.options, model, bounds, inputs.gradient_tolerance
+        )
     points: list[Tensor] = []
     values: list[Tensor] = []
     stopped = False  # the rule's stop; the batch may go on up to min_batch_size
@@ -426,7 +443,7 @@ def _batch_on_domain(inputs: AdaptiveBatchInputs) -> tuple[Tensor, Tensor]:
                 bounds,
                 inputs.num_restarts,
                 inputs.raw_samples,
-                _step_options(inputs.options, maxiter),
+                _step_options(step_options, maxiter),
                 seed + step,
                 starts=_restart_points(finals, bounds, seed + step) if reuse else None,
             )

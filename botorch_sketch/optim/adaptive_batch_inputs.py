@@ -31,6 +31,7 @@ from botorch_sketch.models.validation import (
     check_seed,
 )
 from botorch_sketch.optim.new_points import NeighborhoodSearch
+from botorch_sketch.optim.step_tolerance import DEFAULT_GRADIENT_TOLERANCE
 
 __all__ = [
     "DEFAULT_C",
@@ -86,6 +87,7 @@ class AdaptiveBatchInputs:
     hallucination: str = DEFAULT_HALLUCINATION
     reuse_restarts: bool = True
     restart_maxiter: int | None = None
+    gradient_tolerance: float | None = DEFAULT_GRADIENT_TOLERANCE
     thompson_fill: float = DEFAULT_THOMPSON_FILL
     basin_share: float = DEFAULT_BASIN_SHARE
     prefer_new_points: bool = True
@@ -111,6 +113,15 @@ class AdaptiveBatchInputs:
         _check_int("num_reference_points", self.num_reference_points, 1)
         if self.restart_maxiter is not None:
             _check_int("restart_maxiter", self.restart_maxiter, 1)
+        tolerance = self.gradient_tolerance
+        if tolerance is not None and (
+            isinstance(tolerance, bool)
+            or not isinstance(tolerance, (int, float))
+            or not (0 < tolerance < math.inf)
+        ):
+            raise ValueError(
+                f"gradient_tolerance must be a number > 0 or None, got {tolerance!r}."
+            )
         check_seed(self.seed)
         check_nonnegative_number(self.alpha, "alpha")
         if self.hallucination not in HALLUCINATIONS:
