@@ -81,7 +81,7 @@ batches of ``--batch``):
   only setting before the option existed).
 - ``bbkb-pgtol5`` / ``bbkb-gtol3``: ``"bbkb"`` with ``gradient_tolerance=None``
   (SciPy's absolute L-BFGS-B ``pgtol = 1e-5`` in every greedy step, the only
-  setting before the option existed, commit <GTOL>: every earlier ``bbkb`` row was
+  setting before the option existed, commit e64336d: every earlier ``bbkb`` row was
   relabelled so) / ``3e-3`` (the default is ``1e-2``;
   :mod:`botorch_sketch.optim.step_tolerance`).
 - ``bbkb-basin0.34``: ``"bbkb"`` with ``basin_share=0.34`` (a 3-point Thompson fill,
