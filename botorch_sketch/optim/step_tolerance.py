@@ -19,10 +19,8 @@ of ``u`` is about ``sigma_0 / (l w)^2``; a projected gradient below (1) then put
 the point within about ``rho l^2`` of the box's width of the maximum, at a value
 about ``rho^2 l^2 sigma_0 / 2`` below it. ``rho = 1e-2`` (the default) keeps the
 point to a hundredth of the box and the value to ``5e-5 sigma_0`` in that
-regime; on 50-point batches of saved Hartmann6, Ackley20 and Ackley60 states
-the greedy steps took 1.7-5.5x fewer evaluations than with SciPy's ``1e-5`` at
-mean UCB values within ``2e-4`` (relative) of its
-(``benchmarks/results/bbkb_step_tolerance.md``).
+regime. Measurements (batches from saved states, whole runs) are in
+``benchmarks/results/bbkb_step_tolerance.md`` and ``large_budget.md``.
 
 (1) does not depend on how the user scales ``x`` or ``y``: scaling the outcome by
 ``c`` scales ``u``, its gradient and ``sigma_0`` by ``c``; stretching the box by
