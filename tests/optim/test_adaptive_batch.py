@@ -24,14 +24,6 @@ BOUNDS = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=DT)
 FAST = {"num_restarts": 3, "raw_samples": 48}
 
 
-@pytest.fixture(autouse=True)
-def _single_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def model():
     g = torch.Generator().manual_seed(0)

@@ -21,14 +21,6 @@ from botorch_sketch.optim.step_tolerance import (
 DT = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _single_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def make_model(scale: float = 1.0, width: float = 1.0, transform=None) -> NystromGP:
     r"""Data ``y = scale * sum sin(5 x / width)`` on ``[0, width]^2``, fixed
     hyperparameters (``lengthscale 0.3 width``), ``Standardize`` unless told."""
