@@ -99,6 +99,7 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # spaces.
     ("benchmarks/bench_large_budget.py", ()),
     ("benchmarks/bench_batch_ucb.py", ("--batch",)),
+    ("benchmarks/bench_step_tolerance.py", ()),
     ("benchmarks/bench_completion.py", ()),
     ("benchmarks/bench_turbo_bkb.py", ()),
     ("benchmarks/bench_stall.py", ()),
