@@ -128,7 +128,6 @@ import logging
 import os
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -868,11 +867,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--report", action="store_true", help="only write the report")
     p.add_argument("--smoke", action="store_true", help="a seconds-long run in tmp/")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    warnings.filterwarnings("ignore")
-    for name in ("ax", "botorch_sketch"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    torch.set_num_threads(1)
+    harness.quiet_single_thread()
     if args.smoke:
         args.out = harness.RESULTS / "tmp" / "large_budget_smoke"
         args.problems, args.methods = "hartmann6,mixed10", "sobol,turbo1,bbkb"

@@ -27,7 +27,6 @@ import json
 import logging
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -143,11 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tolerances", default="none,0.001,0.003,0.01,0.03")
     p.add_argument("--out", type=Path, default=harness.RESULTS)
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    warnings.filterwarnings("ignore")
-    for name in ("ax", "botorch_sketch"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    torch.set_num_threads(1)
+    harness.quiet_single_thread()
     tolerances = [None if t == "none" else float(t) for t in args.tolerances.split(",")]
     rows = []
     for name in args.problems.split(","):

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import csv
 import datetime
+import logging
 import math
 import os
 import platform
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -51,6 +53,7 @@ __all__ = [
     "markdown_table",
     "mean_sd",
     "method_cpu",
+    "quiet_single_thread",
     "read_csv",
     "timed",
     "write_csv",
@@ -174,6 +177,16 @@ def complete(client: Any, results: dict[int, dict], mode: str) -> None:
         return
     for index, raw in results.items():
         client.complete_trial(index, raw_data=raw)
+
+
+def quiet_single_thread() -> None:
+    """A benchmark's process set-up: INFO logging with times for the script,
+    warnings off, Ax's and the package's loggers at WARNING, one torch thread."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    warnings.filterwarnings("ignore")
+    for name in ("ax", "botorch_sketch"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    torch.set_num_threads(1)
 
 
 def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:

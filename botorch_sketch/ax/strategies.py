@@ -218,11 +218,17 @@ def _library_kwargs(rule: str, opts: dict[str, Any]) -> dict[str, Any]:
     sketch_only = {k: v for k, v in _SKETCH_OPTIONS.items() if k != "q_bar"}
     _check_unused(opts, sketch_only, "without a candidate_set (NystromGP)")
     box_defaults = _BKB_FIXED if rule == "bkb" else _BBKB_OPTIONS
+    defaults = {**_NYSTROM_OPTIONS, **box_defaults}
     box_only = {
-        k: box_defaults[k]
-        for k in ("reuse_restarts", "restart_maxiter", "thompson_fill", "basin_share")
+        k: defaults[k]
+        for k in (
+            "reuse_restarts",
+            "restart_maxiter",
+            "gradient_tolerance",
+            "thompson_fill",
+            "basin_share",
+        )
     }
-    box_only["gradient_tolerance"] = _NYSTROM_OPTIONS["gradient_tolerance"]
     _check_unused(opts, box_only, "on a box, without a candidate_set")
     keys = ("q_bar", "alpha", "beta", "allow_repeats", "seed", *LIBRARY_OPTIONS)
     return {

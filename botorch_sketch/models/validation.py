@@ -19,6 +19,7 @@ __all__ = [
     "check_batch_shape",
     "check_finite",
     "check_nonnegative_number",
+    "check_positive_number",
     "check_seed",
     "optional_positive_int",
     "validate_candidates",
@@ -135,6 +136,16 @@ def check_nonnegative_number(value: float, name: str) -> float:
     _reject_bool(value, name)
     if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}.")
+    return value
+
+
+def check_positive_number(value: float, name: str) -> float:
+    r"""``value`` if it is a finite real number ``> 0``, else a ``ValueError``
+    (a bool included: ``True`` is not a tolerance)."""
+    if isinstance(value, bool) or not (
+        isinstance(value, int | float) and math.isfinite(value) and value > 0
+    ):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
     return value
 
 

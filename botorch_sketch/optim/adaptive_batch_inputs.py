@@ -28,6 +28,7 @@ from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.models.validation import (
     check_fraction,
     check_nonnegative_number,
+    check_positive_number,
     check_seed,
 )
 from botorch_sketch.optim.new_points import NeighborhoodSearch
@@ -113,15 +114,8 @@ class AdaptiveBatchInputs:
         _check_int("num_reference_points", self.num_reference_points, 1)
         if self.restart_maxiter is not None:
             _check_int("restart_maxiter", self.restart_maxiter, 1)
-        tolerance = self.gradient_tolerance
-        if tolerance is not None and (
-            isinstance(tolerance, bool)
-            or not isinstance(tolerance, (int, float))
-            or not (0 < tolerance < math.inf)
-        ):
-            raise ValueError(
-                f"gradient_tolerance must be a number > 0 or None, got {tolerance!r}."
-            )
+        if self.gradient_tolerance is not None:
+            check_positive_number(self.gradient_tolerance, "gradient_tolerance")
         check_seed(self.seed)
         check_nonnegative_number(self.alpha, "alpha")
         if self.hallucination not in HALLUCINATIONS:

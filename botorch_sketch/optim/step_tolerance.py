@@ -38,6 +38,8 @@ from botorch.models.model import Model
 from botorch.optim.optimize import INIT_OPTION_KEYS
 from torch import Tensor
 
+from botorch_sketch.models.validation import check_positive_number
+
 __all__ = [
     "DEFAULT_GRADIENT_TOLERANCE",
     "outcome_prior_sd",
@@ -50,6 +52,14 @@ DEFAULT_GRADIENT_TOLERANCE = 1e-2
 #: L-BFGS-B option names that already fix the gradient tolerance (a caller's
 #: choice is kept).
 _GRADIENT_KEYS = ("pgtol", "gtol")
+#: Options BoTorch's ``gen_candidates_scipy`` keeps from SciPy (besides the
+#: initialisation's ``INIT_OPTION_KEYS``, which ``optimize_acqf`` keeps itself).
+_NOT_MINIMIZE_OPTIONS = (
+    "method",
+    "callback",
+    "with_grad",
+    "max_optimization_problem_aggregation_size",
+)
 
 
 def outcome_prior_sd(model: Model, x: Tensor) -> float:
@@ -97,9 +107,8 @@ def step_gradient_tolerance(model: Model, bounds: Tensor, relative: float) -> fl
     Returns:
         The absolute projected-gradient tolerance, a positive float.
     """
+    check_positive_number(relative, "gradient_tolerance")
     width = float((bounds[1] - bounds[0]).max())
-    if not (relative > 0 and math.isfinite(relative)):
-        raise ValueError(f"gradient_tolerance must be > 0 and finite, got {relative}.")
     sd = outcome_prior_sd(model, bounds.mean(dim=0))
     return relative * sd / (width if width > 0 else 1.0)
 
@@ -137,9 +146,7 @@ def _gradient_key(options: dict[str, Any]) -> str:
     minimize_options = {
         key: value
         for key, value in options.items()
-        if key not in INIT_OPTION_KEYS
-        and key not in ("method", "callback", "with_grad")
-        and key != "max_optimization_problem_aggregation_size"
+        if key not in INIT_OPTION_KEYS and key not in _NOT_MINIMIZE_OPTIONS
     }
     reasons = get_reasons_against_fast_path(
         method=options.get("method", "L-BFGS-B"),
