@@ -49,6 +49,10 @@ Options (``acquisition_options`` of the generator, stored in Ax JSON):
 - ``basin_share`` (``0.25``): the share of those Thompson samples spent in other
   basins of the posterior mean than the incumbent's
   (:func:`~botorch_sketch.optim.adaptive_batch.thompson_fill_points`).
+- ``stall_basin_share`` (``0.5``): that share while the run is stalled (its last
+  ``max(4 q, 20 d)`` evaluations raised the best observation by at most one noise
+  standard deviation; :mod:`~botorch_sketch.optim.stall`); ``None``: never
+  raised.
 
 On a mixed, discrete or constrained domain each greedy step is Ax's own
 optimisation of the batch UCB, and a step proposes a point already observed,
@@ -84,6 +88,7 @@ from botorch_sketch.optim.adaptive_batch import (
     optimize_acqf_adaptive_batch,
 )
 from botorch_sketch.optim.new_points import NeighborhoodSearch
+from botorch_sketch.optim.stall import DEFAULT_STALL_BASIN_SHARE
 from botorch_sketch.optim.step_tolerance import DEFAULT_GRADIENT_TOLERANCE
 
 logger = logging.getLogger(__name__)
@@ -105,6 +110,7 @@ ADAPTIVE_BATCH_OPTIONS: dict[str, Any] = {
     "gradient_tolerance": DEFAULT_GRADIENT_TOLERANCE,
     "thompson_fill": DEFAULT_THOMPSON_FILL,
     "basin_share": DEFAULT_BASIN_SHARE,
+    "stall_basin_share": DEFAULT_STALL_BASIN_SHARE,
 }
 #: Keys that Ax itself may put into ``acquisition_options``.
 _AX_OWNED_OPTIONS = frozenset({"prune_irrelevant_parameters", "subset_model"})
@@ -244,6 +250,7 @@ class AdaptiveBatchAcquisition(Acquisition):
                 choices is None and step_optimizer is None
             ),
             basin_share=float(self._option("basin_share")),
+            stall_basin_share=self._option("stall_basin_share"),
         )
         if rounding_func is not None and choices is None and step_optimizer is None:
             # Library rows are kept exactly as given (Ax's rounding callback goes

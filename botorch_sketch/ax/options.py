@@ -140,6 +140,7 @@ VALIDATORS: dict[str, Validator] = {
     "gradient_tolerance": _optional(_finite(0.0, strict=True)),
     "thompson_fill": _fraction,
     "basin_share": _fraction,
+    "stall_basin_share": _optional(_fraction),
     "paper_phases": _boolean,
     "subset_size": _positive_int,
     "lambda_": _finite(0.0, strict=True),

@@ -75,6 +75,7 @@ from botorch_sketch.models.nystrom_inputs import (
     POLICY_OPTION_DEFAULTS,
 )
 from botorch_sketch.optim.adaptive_batch_inputs import DEFAULT_BASIN_SHARE
+from botorch_sketch.optim.stall import DEFAULT_STALL_BASIN_SHARE
 from botorch_sketch.optim.step_tolerance import DEFAULT_GRADIENT_TOLERANCE
 
 __all__ = [
@@ -153,12 +154,14 @@ _BBKB_OPTIONS: dict[str, Any] = {
     "restart_maxiter": None,
     "thompson_fill": 0.5,
     "basin_share": DEFAULT_BASIN_SHARE,
+    "stall_basin_share": DEFAULT_STALL_BASIN_SHARE,
 }
 #: What BKB fixes of BBKB's batch options: one point per batch (the rule
 #: ``"bkb"`` is BBKB's global rule with ``C = 1``); the box settings are BBKB's
 #: (they only act on points past the rule's stop, which BKB never adds), except
-#: ``basin_share = 0``: BKB's point is always the UCB's argmax, without the basin
-#: turns of BBKB's fixed-size batches (BKB as published, Calandriello et al. 2019).
+#: ``basin_share = 0`` (and no ``stall_basin_share``): BKB's point is always the
+#: UCB's argmax, without the basin turns of BBKB's fixed-size batches (BKB as
+#: published, Calandriello et al. 2019).
 _BKB_FIXED: dict[str, Any] = {
     "C": 1.0,
     "max_batch_size": None,
@@ -167,6 +170,7 @@ _BKB_FIXED: dict[str, Any] = {
     "restart_maxiter": _BBKB_OPTIONS["restart_maxiter"],
     "thompson_fill": _BBKB_OPTIONS["thompson_fill"],
     "basin_share": 0.0,
+    "stall_basin_share": None,
 }
 
 
@@ -190,6 +194,7 @@ def _nystrom_kwargs(rule: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
             "gradient_tolerance": opts["gradient_tolerance"],
             "thompson_fill": float(opts["thompson_fill"]),
             "basin_share": float(opts["basin_share"]),
+            "stall_basin_share": opts["stall_basin_share"],
             "candidate_set": opts["candidate_set"],
             "allow_repeats": opts["allow_repeats"],
             "seed": opts["seed"],
@@ -227,6 +232,7 @@ def _library_kwargs(rule: str, opts: dict[str, Any]) -> dict[str, Any]:
             "gradient_tolerance",
             "thompson_fill",
             "basin_share",
+            "stall_basin_share",
         )
     }
     _check_unused(opts, box_only, "on a box, without a candidate_set")

@@ -129,6 +129,11 @@ from botorch_sketch.optim.new_points import (
     new_point_step,
     observed_inputs,
 )
+from botorch_sketch.optim.stall import (
+    DEFAULT_STALL_BASIN_SHARE,
+    is_stalled,
+    stall_window,
+)
 from botorch_sketch.optim.step_tolerance import (
     DEFAULT_GRADIENT_TOLERANCE,
     with_gradient_tolerance,
@@ -215,6 +220,7 @@ def optimize_acqf_adaptive_batch(
     basin_share: float = DEFAULT_BASIN_SHARE,
     prefer_new_points: bool = True,
     new_point_search: NeighborhoodSearch | None = None,
+    stall_basin_share: float | None = DEFAULT_STALL_BASIN_SHARE,
 ) -> tuple[Tensor, Tensor]:
     r"""Generate one BBKB batch whose size is chosen by a stopping rule.
 
@@ -295,6 +301,12 @@ def optimize_acqf_adaptive_batch(
             (:func:`thompson_fill_points`; default ``DEFAULT_BASIN_SHARE``).
             More keeps a run from stalling in a second basin, fewer refines the
             incumbent's (``benchmarks/results/bbkb_exploration.md``).
+        stall_basin_share: The basin share, in ``[0, 1]``, while the run is
+            stalled: its last ``max(4 q, 20 d)`` evaluations (``q =
+            min_batch_size``) raised the best observed outcome by at most one
+            noise standard deviation (:mod:`~botorch_sketch.optim.stall`). Only
+            where it exceeds ``basin_share > 0``; ``None``: ``basin_share``
+            always. Default ``DEFAULT_STALL_BASIN_SHARE = 0.5``.
         hallucination: On a box, how pending points enter the variance:
             ``"full"`` (the batch-start posterior conditioned on them) or
             ``"dictionary"`` (through the frozen embedding, the paper's and the
@@ -359,6 +371,7 @@ def optimize_acqf_adaptive_batch(
         basin_share=basin_share,
         prefer_new_points=prefer_new_points,
         new_point_search=new_point_search,
+        stall_basin_share=stall_basin_share,
     )
     if inputs.choices is not None:
         return _batch_from_choices(inputs)
@@ -489,12 +502,14 @@ def _batch_on_domain(inputs: AdaptiveBatchInputs) -> tuple[Tensor, Tensor]:
     candidates = torch.stack(points).reshape(-1, inputs.d)
     values = torch.stack(values).reshape(-1)
     num_thompson = inputs.min_batch_size - candidates.shape[0]
-    if _is_basin_turn(inputs, max(num_thompson, 0)):
+    objective = _objective(inputs.posterior_transform, inputs.maximize, dtype, bounds)
+    share = _fill_basin_share(inputs, objective)
+    if _is_basin_turn(inputs, max(num_thompson, 0), share):
         turn = _basin_points(
             model,
             bounds,
             1,
-            _objective(inputs.posterior_transform, inputs.maximize, dtype, bounds),
+            objective,
             seed + THOMPSON_SEED_OFFSET + 5,
         )
         if turn:
@@ -511,7 +526,7 @@ def _batch_on_domain(inputs: AdaptiveBatchInputs) -> tuple[Tensor, Tensor]:
             posterior_transform=inputs.posterior_transform,
             maximize=inputs.maximize,
             seed=seed + THOMPSON_SEED_OFFSET,
-            basin_share=inputs.basin_share,
+            basin_share=share,
         )
         with torch.no_grad():
             sampled_values = start(sampled.unsqueeze(-2)).reshape(-1)
@@ -622,7 +637,38 @@ def _objective(
     return ScalarizedPosteriorTransform(sign * weights, sign * offset)
 
 
-def _is_basin_turn(inputs: AdaptiveBatchInputs, num_fill: int) -> bool:
+def _fill_basin_share(
+    inputs: AdaptiveBatchInputs, objective: ScalarizedPosteriorTransform
+) -> float:
+    r"""The basin share of this batch's fill and turns: ``basin_share``, raised to
+    ``stall_basin_share`` while the run is stalled
+    (:func:`~botorch_sketch.optim.stall.is_stalled` over the training outcomes in
+    the model's order, window :func:`~botorch_sketch.optim.stall.stall_window` of
+    ``min_batch_size`` and ``d``, tolerance the likelihood's noise standard
+    deviation). ``basin_share = 0`` keeps basin points off, stalled or not.
+    """
+    share, raised = inputs.basin_share, inputs.stall_basin_share
+    if share <= 0 or raised is None or raised <= share:
+        return share
+    model = inputs.model
+    _, scores = _scored_inputs(model, objective)
+    noise = getattr(model.likelihood, "noise", None)
+    if scores.shape[0] == 0 or noise is None:
+        return share
+    noise_sd = math.sqrt(float(noise.detach().mean()))
+    noise_sd *= float(objective.weights.abs().max())
+    window = stall_window(inputs.min_batch_size, inputs.d)
+    if not is_stalled(scores, window, noise_sd):
+        return share
+    logger.info(
+        "BBKB batch: no gain over one noise sd in %d evaluations; basin share %g.",
+        window,
+        raised,
+    )
+    return raised
+
+
+def _is_basin_turn(inputs: AdaptiveBatchInputs, num_fill: int, share: float) -> bool:
     r"""Whether this batch's last greedy point (the last before a Thompson fill of
     1-2 points, if any) goes to another basin instead (a basin turn).
 
@@ -636,9 +682,8 @@ def _is_basin_turn(inputs: AdaptiveBatchInputs, num_fill: int) -> bool:
     size (``min_batch_size == max_batch_size``: the rule's own batch keeps every
     point it chose), with ``thompson_fill > 0`` (which the inputs allow on a plain
     box only, :class:`AdaptiveBatchInputs`: the Ax strategies' box path) and
-    ``0 < basin_share``.
+    ``0 < share`` (the batch's basin share, :func:`_fill_basin_share`).
     """
-    share = inputs.basin_share
     if (
         inputs.min_batch_size != inputs.max_batch_size
         or inputs.thompson_fill <= 0

@@ -32,6 +32,7 @@ from botorch_sketch.models.validation import (
     check_seed,
 )
 from botorch_sketch.optim.new_points import NeighborhoodSearch
+from botorch_sketch.optim.stall import DEFAULT_STALL_BASIN_SHARE
 from botorch_sketch.optim.step_tolerance import DEFAULT_GRADIENT_TOLERANCE
 
 __all__ = [
@@ -93,6 +94,7 @@ class AdaptiveBatchInputs:
     basin_share: float = DEFAULT_BASIN_SHARE
     prefer_new_points: bool = True
     new_point_search: NeighborhoodSearch | None = None
+    stall_basin_share: float | None = DEFAULT_STALL_BASIN_SHARE
 
     def __post_init__(self) -> None:
         r"""Check every field; resolve ``rule`` and ``seed``."""
@@ -126,6 +128,8 @@ class AdaptiveBatchInputs:
         fill = self.thompson_fill
         check_fraction(fill, "thompson_fill")
         check_fraction(self.basin_share, "basin_share")
+        if self.stall_basin_share is not None:
+            check_fraction(self.stall_basin_share, "stall_basin_share")
         if fill > 0 and (self.choices is not None or self.step_optimizer is not None):
             raise ValueError(
                 "thompson_fill > 0 needs a box domain (bounds) without choices or "
