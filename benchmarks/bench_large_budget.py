@@ -86,6 +86,10 @@ batches of ``--batch``):
   :mod:`botorch_sketch.optim.step_tolerance`).
 - ``bbkb-basin0.34``: ``"bbkb"`` with ``basin_share=0.34`` (a 3-point Thompson fill,
   batches of 8, gets one point in another basin; 0.25 gives none).
+- ``bbkb-basin0.5``: ``"bbkb"`` with ``basin_share=0.5`` (every batch, stalled or
+  not).
+- ``bbkb-nostall``: ``"bbkb"`` with ``stall_basin_share=None`` (the basin share is
+  never raised when the run stalls: the default before that option existed).
 - ``bbkb-before-turns`` (rows only, not runnable): ``"bbkb"`` before the basin
   turns of fixed-size batches without a basin point in their fill (commit baa981a);
   the batches of one point (``--batch 1``) of earlier commits were relabelled.
@@ -170,6 +174,7 @@ METHODS = (
     "bbkb-r5",
     "bbkb-basin0.34",
     "bbkb-basin0.5",
+    "bbkb-nostall",
     "bbkb-rmi10",
     "bbkb-rmi30",
     "bbkb-rmi200",
@@ -196,6 +201,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "bbkb-r5": ("bbkb", {"num_restarts": 5}),
     "bbkb-basin0.34": ("bbkb", {"basin_share": 0.34}),
     "bbkb-basin0.5": ("bbkb", {"basin_share": 0.5}),
+    "bbkb-nostall": ("bbkb", {"stall_basin_share": None}),
     "bbkb-rmi10": ("bbkb", {"restart_maxiter": 10}),
     "bbkb-rmi30": ("bbkb", {"restart_maxiter": 30}),
     "bbkb-rmi200": ("bbkb", {"restart_maxiter": 200}),

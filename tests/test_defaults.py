@@ -122,11 +122,12 @@ def test_batch_optimizer_acquisition_and_ax_agree():
         "reuse_restarts",
         "thompson_fill",
         "basin_share",
+        "stall_basin_share",
     ):
         assert same(ADAPTIVE_BATCH_OPTIONS[key], signature[key]), key
     # The strategies share the optimizer's batch settings except the Thompson
     # fill, which they turn on (benchmarks/results/bbkb_exploration.md, sec. 8).
     options = strategy_options("bbkb")
-    for key in ("min_batch_size", "reuse_restarts", "basin_share"):
+    for key in ("min_batch_size", "reuse_restarts", "basin_share", "stall_basin_share"):
         assert same(options[key], signature[key]), key
     assert options["max_batch_size"] is ADAPTIVE_BATCH_OPTIONS["max_batch_size"]

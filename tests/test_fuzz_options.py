@@ -72,6 +72,7 @@ STRATEGY: dict[str, tuple[list[Any], list[Any]]] = {
     "max_dictionary_size": ([500], [0, True, 2.5]),
     "thompson_fill": ([0.0, 0.5], [-0.1, 1.5, True, "a"]),
     "basin_share": ([0.0, 0.5], [-0.1, 1.5, True, "a"]),
+    "stall_basin_share": ([None, 0.5], [-0.1, 1.5, True, "a"]),
     "min_batch_size": ([1, 4], [0, True, 2.5]),
 }
 
@@ -83,6 +84,7 @@ ADAPTIVE: dict[str, tuple[list[Any], list[Any]]] = {
     "seed": ([0], ["a", 1.5, True, -1, 2**70]),
     "thompson_fill": ([0.0], [-0.5, 2.0, True]),
     "basin_share": ([0.0, 1.0], [-0.5, 2.0, True]),
+    "stall_basin_share": ([None, 1.0], [-0.5, 2.0, True]),
     "hallucination": (["full"], ["some", 3]),
 }
 

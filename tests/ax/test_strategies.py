@@ -115,10 +115,18 @@ def test_batch_settings_come_from_the_options_table_only(monkeypatch, name):
         monkeypatch.setitem(table, "C", 3.0)
         monkeypatch.setitem(table, "thompson_fill", 0.25)
         monkeypatch.setitem(table, "basin_share", 0.5)
+        monkeypatch.setitem(table, "stall_basin_share", 0.75)
     settings = {**strategies._RECIPES[name].fixed, **strategy_options(name)}
     spec = get_generation_strategy(name)._nodes[1].generator_specs[0]
     acquisition = spec.generator_kwargs["acquisition_options"]
-    keys = ("C", "max_batch_size", "min_batch_size", "thompson_fill", "basin_share")
+    keys = (
+        "C",
+        "max_batch_size",
+        "min_batch_size",
+        "thompson_fill",
+        "basin_share",
+        "stall_basin_share",
+    )
     for key in keys:
         assert acquisition[key] == settings[key], key
     model = spec.generator_kwargs["surrogate_spec"].model_configs[0]
@@ -126,6 +134,7 @@ def test_batch_settings_come_from_the_options_table_only(monkeypatch, name):
     assert acquisition["C"] == (1.0 if name == "bkb" else 3.0)
     # BKB's point is the UCB's argmax: no basin turns (BBKB's default share).
     assert acquisition["basin_share"] == (0.0 if name == "bkb" else 0.5)
+    assert acquisition["stall_basin_share"] == (None if name == "bkb" else 0.75)
 
 
 def test_basin_share_reaches_the_thompson_fill(monkeypatch):
@@ -135,13 +144,19 @@ def test_basin_share_reaches_the_thompson_fill(monkeypatch):
     optimize = acquisition.optimize_acqf_adaptive_batch
 
     def spy(*args, **kwargs):
-        seen.append(kwargs["basin_share"])
+        seen.append((kwargs["basin_share"], kwargs["stall_basin_share"]))
         return optimize(*args, **kwargs)
 
     monkeypatch.setattr(acquisition, "optimize_acqf_adaptive_batch", spy)
-    client = make_client("bbkb", "hartmann6", initialization_budget=4, basin_share=0.75)
+    client = make_client(
+        "bbkb",
+        "hartmann6",
+        initialization_budget=4,
+        basin_share=0.75,
+        stall_basin_share=0.9,
+    )
     run_trials(client, "hartmann6", total=6)
-    assert seen and set(seen) == {0.75}
+    assert seen and set(seen) == {(0.75, 0.9)}
 
 
 @pytest.mark.parametrize("name", NAMES)
