@@ -89,7 +89,11 @@ batches of ``--batch``):
 - ``bbkb-basin0.5``: ``"bbkb"`` with ``basin_share=0.5`` (every batch, stalled or
   not).
 - ``bbkb-nostall``: ``"bbkb"`` with ``stall_basin_share=None`` (the basin share is
-  never raised when the run stalls: the default before that option existed).
+  never raised when the run stalls: the default before that option existed,
+  commit 2b4b406; earlier ``bbkb`` rows since e64336d were relabelled so, except
+  where the two are the same run by construction: batches of 8, whose 3-point
+  fill gets one basin point at either share, and budgets within the stall window
+  ``max(4 q, 20 d)``, e.g. Ackley60 at 1,000 evaluations).
 - ``bbkb-before-turns`` (rows only, not runnable): ``"bbkb"`` before the basin
   turns of fixed-size batches without a basin point in their fill (commit baa981a);
   the batches of one point (``--batch 1``) of earlier commits were relabelled.
