@@ -368,35 +368,6 @@ class DTCPosteriorMixin:
                 mean, _ = self.outcome_transform.untransform(mean)
         return mean.to(self.data_dtype)
 
-    def latent_marginals(self, X: Tensor) -> tuple[Tensor, Tensor]:
-        r"""Marginal posterior mean and variance of the latent function at ``X``.
-
-        ``mu(x)`` and ``k(x, x) - ||p(x)||^2 + ||n(x)||^2``, the diagonal of the DTC
-        covariance ``K_XX - P P^T + N N^T`` (:meth:`posterior`'s), in ``O(A |S|
-        r)`` without any ``A x A`` matrix (``posterior(X).variance`` forms the
-        covariance first). In model units: the transformed outcome, no
-        observation noise. For ranking or pruning many candidates (e.g. the
-        joint Thompson sampler of :mod:`~botorch_sketch.trust_region.candidates`).
-
-        Args:
-            X: ``A x d`` points (untransformed; single-output, unbatched model).
-
-        Returns:
-            ``(mean, variance)``, each ``A``, in the model's compute dtype.
-        """
-        self._check_test_inputs(X)
-        if self.num_outputs != 1 or len(self._input_batch_shape) > 0:
-            raise UnsupportedError(
-                "latent_marginals supports unbatched single-output models only."
-            )
-        self.eval()
-        with torch.no_grad():
-            Xt = self.transform_inputs(X.to(self._compute_dtype))
-            mean, P, N = self._dtc_mean_and_factors(Xt)
-            prior = self.covar_module(Xt, diag=True)
-            variance = prior - P.pow(2).sum(-1) + N.pow(2).sum(-1)
-        return mean.expand(variance.shape), variance.clamp_min(0.0)
-
     def _prepare_sampling(self, X: Tensor, num_samples: int, name: str) -> None:
         r"""Checks of a sampler's arguments (unbatched model, ``A x d`` finite
         candidates, ``num_samples >= 1``); the model in eval mode."""

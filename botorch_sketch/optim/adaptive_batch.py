@@ -301,8 +301,8 @@ def optimize_acqf_adaptive_batch(
             (:func:`thompson_fill_points`; default ``DEFAULT_BASIN_SHARE``).
             More keeps a run from stalling in a second basin, fewer refines the
             incumbent's (``benchmarks/results/bbkb_exploration.md``).
-        stall_basin_share: The basin share, in ``[0, 1]``, while the run is
-            stalled: its last ``max(4 q, 20 d)`` evaluations (``q =
+        stall_basin_share: The Thompson fill's basin share, in ``[0, 1]``,
+            while the run is stalled: its last ``max(4 q, 20 d)`` evaluations (``q =
             min_batch_size``) raised the best observed outcome by at most one
             noise standard deviation (:mod:`~botorch_sketch.optim.stall`). Only
             where it exceeds ``basin_share > 0``; ``None``: ``basin_share``
@@ -503,8 +503,7 @@ def _batch_on_domain(inputs: AdaptiveBatchInputs) -> tuple[Tensor, Tensor]:
     values = torch.stack(values).reshape(-1)
     num_thompson = inputs.min_batch_size - candidates.shape[0]
     objective = _objective(inputs.posterior_transform, inputs.maximize, dtype, bounds)
-    share = _fill_basin_share(inputs, objective)
-    if _is_basin_turn(inputs, max(num_thompson, 0), share):
+    if _is_basin_turn(inputs, max(num_thompson, 0)):
         turn = _basin_points(
             model,
             bounds,
@@ -519,6 +518,7 @@ def _batch_on_domain(inputs: AdaptiveBatchInputs) -> tuple[Tensor, Tensor]:
             candidates = torch.cat([candidates[:-1], turn[0]])
             values = torch.cat([values[:-1], turn_value.to(values)])
     if num_thompson > 0:
+        share = _fill_basin_share(inputs, objective, num_thompson)
         sampled = thompson_fill_points(
             model,
             bounds,
@@ -638,17 +638,24 @@ def _objective(
 
 
 def _fill_basin_share(
-    inputs: AdaptiveBatchInputs, objective: ScalarizedPosteriorTransform
+    inputs: AdaptiveBatchInputs, objective: ScalarizedPosteriorTransform, num_fill: int
 ) -> float:
-    r"""The basin share of this batch's fill and turns: ``basin_share``, raised to
-    ``stall_basin_share`` while the run is stalled
+    r"""The basin share of this batch's Thompson fill of ``num_fill`` points:
+    ``basin_share``, raised to ``stall_basin_share`` while the run is stalled
     (:func:`~botorch_sketch.optim.stall.is_stalled` over the training outcomes in
     the model's order, window :func:`~botorch_sketch.optim.stall.stall_window` of
     ``min_batch_size`` and ``d``, tolerance the likelihood's noise standard
-    deviation). ``basin_share = 0`` keeps basin points off, stalled or not.
+    deviation). ``basin_share = 0`` keeps basin points off, stalled or not; a
+    fill that gets no more basin points at the raised share (e.g. 3 points: one
+    at either) is not checked. The basin turns of batches without a basin point
+    in their fill keep ``basin_share`` (:func:`_is_basin_turn`): one point at a
+    time, turns every second batch in a stalled run were slower and no better
+    (``benchmarks/results/bbkb_exploration.md`` section 15).
     """
     share, raised = inputs.basin_share, inputs.stall_basin_share
     if share <= 0 or raised is None or raised <= share:
+        return share
+    if basin_count(raised, num_fill) <= basin_count(share, num_fill):
         return share
     model = inputs.model
     _, scores = _scored_inputs(model, objective)
@@ -668,7 +675,7 @@ def _fill_basin_share(
     return raised
 
 
-def _is_basin_turn(inputs: AdaptiveBatchInputs, num_fill: int, share: float) -> bool:
+def _is_basin_turn(inputs: AdaptiveBatchInputs, num_fill: int) -> bool:
     r"""Whether this batch's last greedy point (the last before a Thompson fill of
     1-2 points, if any) goes to another basin instead (a basin turn).
 
@@ -682,8 +689,9 @@ def _is_basin_turn(inputs: AdaptiveBatchInputs, num_fill: int, share: float) -> 
     size (``min_batch_size == max_batch_size``: the rule's own batch keeps every
     point it chose), with ``thompson_fill > 0`` (which the inputs allow on a plain
     box only, :class:`AdaptiveBatchInputs`: the Ax strategies' box path) and
-    ``0 < share`` (the batch's basin share, :func:`_fill_basin_share`).
+    ``0 < basin_share``.
     """
+    share = inputs.basin_share
     if (
         inputs.min_batch_size != inputs.max_batch_size
         or inputs.thompson_fill <= 0

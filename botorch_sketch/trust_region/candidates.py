@@ -45,7 +45,6 @@ another row (e.g. the best observation, as TuRBO).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -69,11 +68,8 @@ from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.models.nystrom_inputs import POLICY_OPTION_DEFAULTS
 from botorch_sketch.trust_region.state import TrustRegionState
 
-logger = logging.getLogger(__name__)
-
 __all__ = [
     "JOINT_MAX_CANDIDATES",
-    "JOINT_PRUNE_SDS",
     "REGION_FIT_TOLERANCE",
     "REGION_MIN_FIT_SUBSET_SIZE",
     "THOMPSON_SAMPLERS",
@@ -86,7 +82,6 @@ __all__ = [
     "region_covar_module",
     "region_fit_subset_size",
     "region_is_exact",
-    "thompson_survivors",
 ]
 
 #: Expected number of perturbed coordinates per candidate (``min(1, 20 / d)``).
@@ -95,9 +90,6 @@ PERTURBED_DIMS = 20.0
 THOMPSON_SAMPLERS = ("joint", "embedding")
 #: Above this many candidates ``"joint"`` sampling uses ``"embedding"`` instead.
 JOINT_MAX_CANDIDATES = 10_000
-#: Standard deviations of :func:`thompson_survivors`'s pruning in
-#: :func:`joint_thompson`.
-JOINT_PRUNE_SDS = 5.0
 
 
 #: Fewest points a region model's hyperparameters are fitted on under
@@ -390,63 +382,14 @@ def generate_batch(
 
 
 def joint_thompson(
-    model: NystromGP,
-    candidates: Tensor,
-    k: int,
-    seed: int | None = None,
-    num_sds: float | None = JOINT_PRUNE_SDS,
+    model: NystromGP, candidates: Tensor, k: int, seed: int | None = None
 ) -> Tensor:
     r"""``k`` distinct maximisers of ``k`` samples of the joint posterior over the
     ``A x d`` ``candidates``, seeded: the samples of
     :meth:`~botorch_sketch.models.NystromGP.sample_joint` (exact, the ``A x A``
     covariance's lower triangle formed in place), maximised without repeats by
-    BoTorch's ``MaxPosteriorSampling.maximize_samples``.
-
-    Candidates that cannot be picked are dropped first
-    (:func:`thompson_survivors` with ``num_sds``; ``None`` keeps all): the joint
-    sample over the survivors is the joint posterior's marginal on them, so the
-    batch is the one over all ``A`` unless a sample leaves ``num_sds`` standard
-    deviations somewhere, and the ``A^3 / 3`` Cholesky factor shrinks to the
-    survivors' (a small region late in a run keeps a fraction of ``A``).
-    """
-    if num_sds is not None:
-        mean, variance = model.latent_marginals(candidates)
-        keep = thompson_survivors(mean, variance.sqrt(), k, num_sds)
-        logger.debug(
-            "Joint Thompson sampling over %d of %d candidates.",
-            int(keep.sum()),
-            keep.shape[0],
-        )
-        candidates = candidates[keep.to(candidates.device)]
+    BoTorch's ``MaxPosteriorSampling.maximize_samples``."""
     generator = None if seed is None else torch.Generator().manual_seed(seed)
     samples = model.sample_joint(candidates, k, generator=generator)
     sampler = MaxPosteriorSampling(model=model, replacement=False)
     return sampler.maximize_samples(candidates, samples.to(candidates), k)
-
-
-def thompson_survivors(mean: Tensor, sd: Tensor, k: int, num_sds: float) -> Tensor:
-    r"""Mask of the candidates that ``k`` Thompson picks can choose.
-
-    With ``c = num_sds``, let ``b`` be the ``k``-th largest lower bound
-    ``mu_j - c sd_j``. A candidate with ``mu_i + c sd_i < b`` is dropped: at
-    least ``k`` candidates lie above it whenever no sample leaves ``c``
-    standard deviations of its marginal, so none of ``k`` successive maxima
-    without repeats can be it. The event that some sample does has probability
-    at most ``(A_dropped + k) Phi(-c)`` per sample (``c = 5``: ``2.9e-7`` per
-    candidate). Ties and ``k >= A`` keep every candidate.
-
-    Args:
-        mean: ``A`` marginal posterior means (larger is better).
-        sd: ``A`` marginal posterior standard deviations.
-        k: Number of picks ``>= 1``.
-        num_sds: ``c > 0``.
-
-    Returns:
-        A boolean ``A`` mask, ``True`` for the candidates kept (at least ``k``).
-    """
-    if not (isinstance(num_sds, int | float) and num_sds > 0):
-        raise ValueError(f"num_sds must be a positive number, got {num_sds!r}.")
-    if k >= mean.shape[0]:
-        return torch.ones_like(mean, dtype=torch.bool)
-    bar = torch.topk(mean - num_sds * sd, k).values[-1]
-    return mean + num_sds * sd >= bar

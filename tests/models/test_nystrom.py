@@ -11,7 +11,6 @@ from unittest import mock
 
 import scipy.optimize
 import torch
-from botorch.exceptions.errors import UnsupportedError
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
 from botorch.models.transforms import Normalize, Standardize
@@ -232,30 +231,6 @@ class TestNystromGPContract(BotorchTestCase):
             model.posterior_mean(torch.rand(5, 3, dtype=DT))
         with self.assertRaisesRegex(ValueError, "NaN|finite"):
             model.posterior_mean(torch.full((5, 2), float("nan"), dtype=DT))
-
-    def test_latent_marginals_are_the_posterior_s_diagonal_in_model_units(self):
-        for transforms in (
-            {"outcome_transform": None},
-            {"input_transform": Normalize(2), "outcome_transform": Standardize(1)},
-        ):
-            X, Y = make_data(m=1)
-            model = fitted(NystromGP(X, Y, seed=0, exact_max_n=0, **transforms))
-            Xt = torch.rand(40, 2, dtype=DT) * 1.2 - 0.1
-            mean, variance = model.latent_marginals(Xt)
-            post = model.posterior(Xt)
-            scale, shift = torch.ones((), dtype=DT), torch.zeros((), dtype=DT)
-            if getattr(model, "outcome_transform", None) is not None:
-                scale = model.outcome_transform.stdvs.squeeze()
-                shift = model.outcome_transform.means.squeeze()
-            self.assertEqual(mean.shape, torch.Size([40]))
-            self.assertAllClose(mean * scale + shift, post.mean.squeeze(-1).detach())
-            self.assertAllClose(
-                variance * scale**2, post.variance.squeeze(-1).detach(), atol=1e-10
-            )
-            self.assertTrue(bool((variance >= 0).all()))
-        model = NystromGP(*make_data(m=2), seed=0)
-        with self.assertRaisesRegex(UnsupportedError, "single-output"):
-            model.latent_marginals(torch.rand(5, 2, dtype=DT))
 
     def test_subset_output(self):
         X, Y = make_data(m=3)

@@ -64,7 +64,7 @@ def test_is_stalled_rejects_bad_input(args, match):
 
 
 def _ordered_model(stalled: bool) -> NystromGP:
-    """Two bumps, 60 points (window max(4 x 4, 20 x 2) = 40); the best point is
+    """Two bumps, 60 points (window max(4 x 8, 20 x 2) = 40); the best point is
     the first one added (stalled) or the last one (improving)."""
     g = torch.Generator().manual_seed(3)
     X = torch.rand(60, 2, generator=g, dtype=DT)
@@ -82,7 +82,7 @@ def _ordered_model(stalled: bool) -> NystromGP:
     return m
 
 
-def _fill_shares(model, monkeypatch, **kwargs) -> list[float]:
+def _fill_shares(model, monkeypatch, batch: int = 8, **kwargs) -> list[float]:
     """The basin shares the batch's Thompson fill was called with."""
     seen: list[float] = []
     fill = adaptive_batch.thompson_fill_points
@@ -93,10 +93,10 @@ def _fill_shares(model, monkeypatch, **kwargs) -> list[float]:
 
     monkeypatch.setattr(adaptive_batch, "thompson_fill_points", spy)
     got, _ = optimize_acqf_adaptive_batch(
-        model, BOUNDS, "global", 0.0, 4, min_batch_size=4, seed=0, num_restarts=2,
-        raw_samples=32, thompson_fill=1.0, **kwargs,
+        model, BOUNDS, "global", 0.0, batch, min_batch_size=batch, seed=0,
+        num_restarts=2, raw_samples=32, thompson_fill=1.0, **kwargs,
     )  # fmt: skip
-    assert got.shape == (4, 2)
+    assert got.shape == (batch, 2)
     return seen
 
 
@@ -113,6 +113,12 @@ def test_a_stalled_run_raises_the_fills_basin_share(monkeypatch):
     # Minimising: the "best" is the smallest value, so the stalled order of a
     # maximiser is an improving one here.
     assert _fill_shares(stalled, monkeypatch, maximize=False) == [0.25]
+
+
+def test_a_fill_with_no_more_basin_points_at_the_raised_share_keeps_it(monkeypatch):
+    """A fill of at most 3 points has one basin point at 0.25 and at 0.5: not
+    raised (batches of 4: the greedy part takes 1-3 points)."""
+    assert _fill_shares(_ordered_model(True), monkeypatch, batch=4) == [0.25]
 
 
 def test_stall_basin_share_is_validated():

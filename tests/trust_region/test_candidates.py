@@ -15,12 +15,10 @@ from botorch_sketch.trust_region import (
     region_bounds,
 )
 from botorch_sketch.trust_region.candidates import (
-    JOINT_PRUNE_SDS,
     LENGTHSCALE_LOWER_BOUND,
     REGION_MIN_FIT_SUBSET_SIZE,
     lengthscales,
     region_covar_module,
-    thompson_survivors,
 )
 
 
@@ -151,31 +149,9 @@ def test_cold_region_model_is_turbos_exact_gp_and_picks_its_batch():
     samples = (theirs.mean.squeeze(-1) + (chol @ eps).mT).unsqueeze(-1)
     sampler = MaxPosteriorSampling(exact, replacement=False)
     torch.testing.assert_close(
-        joint_thompson(model, candidates, 5, seed=7, num_sds=None),
+        joint_thompson(model, candidates, 5, seed=7),
         sampler.maximize_samples(candidates, samples, 5),
     )
-    # Pruned (the default): the same construction over the survivors only, whose
-    # joint posterior is the marginal of the one over all candidates.
-    mean, variance = model.latent_marginals(candidates)
-    keep = thompson_survivors(mean, variance.sqrt(), 5, JOINT_PRUNE_SDS)
-    assert 5 <= int(keep.sum()) < 300
-    with torch.no_grad():
-        sub = exact.posterior(candidates[keep])
-        chol = psd_safe_cholesky(sub.distribution.covariance_matrix)
-    g7 = torch.Generator().manual_seed(7)
-    eps = torch.randn(int(keep.sum()), 5, generator=g7, dtype=torch.float64)
-    samples = (sub.mean.squeeze(-1) + (chol @ eps).mT).unsqueeze(-1)
-    torch.testing.assert_close(
-        joint_thompson(model, candidates, 5, seed=7),
-        sampler.maximize_samples(candidates[keep], samples, 5),
-    )
-    # No draw of the full joint posterior picks a dropped candidate among its
-    # first 5 maxima without repeats (the bound: ~1e-4 per draw here).
-    torch.manual_seed(0)
-    with torch.no_grad():
-        full = theirs.distribution.sample(torch.Size([500]))  # 500 x 300
-    top = torch.topk(full, 5, dim=-1).indices
-    assert bool(keep[top].all())
 
 
 def test_region_fit_subset_follows_the_device_without_the_global_floor(monkeypatch):
@@ -282,25 +258,3 @@ def test_region_fits_stop_at_the_region_fit_tolerance():
     Y = torch.sin(5 * X).sum(-1, keepdim=True)
     assert fit_region_model(X, Y, seed=0).fit_tolerance == REGION_FIT_TOLERANCE
     assert fit_region_model(X, Y, seed=0, fit_tolerance=None).fit_tolerance is None
-
-
-def test_thompson_survivors_keep_what_k_picks_can_reach():
-    """Dropped: upper bound mu + c sd below the k-th largest lower bound
-    mu - c sd; k >= A or ties keep everything; bad c is refused."""
-    mean = torch.tensor([10.0, 9.0, 8.0, 0.0, 5.0], dtype=torch.float64)
-    sd = torch.tensor([0.1, 0.1, 0.1, 1.0, 0.5], dtype=torch.float64)
-    # k = 1: bar = 10 - 0.5 = 9.5; kept: 10 (10.5), none else (9.5 >= 9.5 keeps 9).
-    assert thompson_survivors(mean, sd, 1, 5.0).tolist() == [
-        True, True, False, False, False,
-    ]  # fmt: skip
-    # k = 3: bar = 8 - 0.5 = 7.5; 5 + 2.5 = 7.5 reaches it, 0 + 5 does not.
-    assert thompson_survivors(mean, sd, 3, 5.0).tolist() == [
-        True, True, True, False, True,
-    ]  # fmt: skip
-    assert thompson_survivors(mean, sd, 5, 5.0).all()
-    assert thompson_survivors(mean, sd, 9, 5.0).all()
-    flat = torch.zeros(4, dtype=torch.float64)
-    assert thompson_survivors(flat, flat, 1, 5.0).all()
-    for bad in (0.0, -1.0, None, "5"):
-        with pytest.raises(ValueError, match="num_sds must be a positive number"):
-            thompson_survivors(mean, sd, 1, bad)
