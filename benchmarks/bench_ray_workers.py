@@ -17,6 +17,10 @@ the same runner and ``k`` workers:
 - ``bbkb background``: ``run_trials``' default: a queue refilled in a thread
   (``background=True``) while freed workers are served from it, by refills of
   ``k`` to ``lookahead`` (default ``4k``) trials sized by the demand;
+- ``bbkb process``: as ``bbkb background`` with each refill in a forked child
+  process (``background="process"``): the generation's CPU and interpreter lock
+  off the Orchestrator's loop (its CPU is in the refills' calls, not in the
+  loop's);
 - ``ax default async``: the same loop with Ax's default strategy (Sobol, then
   BoTorch's GP with qLogNEI; Ax caps its parallelism itself); ``ax default
   background``: Ax's default with the background refill (``lookahead = k``);
@@ -78,6 +82,7 @@ METHODS = (
     "bbkb lookahead",
     "bbkb lookahead, not ahead",
     "bbkb background",
+    "bbkb process",
     "ax default async",
     "ax default background",
     "bbkb sync",
@@ -156,8 +161,9 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
     elif method == "bbkb per-slot":
         calls = per_slot(client, args.trials, k)
     else:
-        queued = "lookahead" in method or "background" in method
-        default = 4 * k if "background" in method else k  # run_trials' default
+        refill = "background" in method or "process" in method
+        queued = "lookahead" in method or refill
+        default = 4 * k if refill else k  # run_trials' default
         lookahead = (args.lookahead or default) if queued else 0
         orchestrator = LookaheadOrchestrator(
             experiment=client._experiment,
@@ -165,7 +171,7 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
             options=orchestrator_options(k, batches=True),
             lookahead=lookahead,
             generate_ahead="not ahead" not in method,
-            background="background" in method,
+            background="process" if "process" in method else "background" in method,
         )
         orchestrator.run_n_trials(max_trials=args.trials)
         calls = orchestrator.generation_calls

@@ -59,6 +59,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import multiprocessing
 import numbers
 import threading
 import time
@@ -597,10 +598,16 @@ class LookaheadOrchestrator(Orchestrator):
             (``>= 1``); ``None``: ``options.max_pending_trials`` (plus
             ``2 * lookahead`` with ``background``).
         generate_ahead: Refill an empty queue while every worker is busy.
-        background: Refill the queue in a thread (above).
+        background: Refill the queue in the background (above): ``"thread"``
+            (or ``True``) in a thread of this process, ``"process"`` in a
+            forked child process (:class:`_BackgroundGeneration`; where the
+            platform forks, :func:`fork_available`), which keeps the
+            generation's interpreter lock and CPU off the Orchestrator's
+            loop; ``False``: no background refill.
 
     Attributes:
         generation_calls: One :class:`GenerationCall` per request, in order.
+        background_mode: ``"thread"``, ``"process"`` or ``None``.
     """
 
     def __init__(
@@ -612,9 +619,10 @@ class LookaheadOrchestrator(Orchestrator):
         lookahead: int = 0,
         max_queue_age: int | None = None,
         generate_ahead: bool = False,
-        background: bool = False,
+        background: bool | str = False,
     ) -> None:
         _check_count("lookahead", lookahead, minimum=0)
+        mode = background_mode(background)
         if max_queue_age is not None:
             _check_count("max_queue_age", max_queue_age, minimum=1)
         super().__init__(
@@ -625,7 +633,8 @@ class LookaheadOrchestrator(Orchestrator):
         )
         self.lookahead = int(lookahead)
         self.generate_ahead = bool(generate_ahead)
-        self.background = bool(background)
+        self.background_mode = mode
+        self.background = mode is not None
         default_age = int(options.max_pending_trials)
         if self.background:  # refills queued behind the runs still waiting
             default_age += 2 * self.lookahead
@@ -781,8 +790,9 @@ class LookaheadOrchestrator(Orchestrator):
             completed=self._num_completed(),
             num_trials=len(self.experiment.trials),
             demand=self._demand,
+            mode=self.background_mode or "thread",
         )
-        self._worker.thread.start()
+        self._worker.start()
 
     def _snapshot(self) -> Any:
         r"""A copy of the experiment plus the queue, sharing what never changes.
@@ -815,11 +825,16 @@ class LookaheadOrchestrator(Orchestrator):
     def _finish_background(self, wait: bool, keep: bool = True) -> None:
         r"""Take the refill thread's runs into the queue once it has ended."""
         worker = self._worker
-        if worker is None or (not wait and worker.thread.is_alive()):
+        if worker is None or (not wait and not worker.done()):
             return
-        worker.thread.join()
+        worker.wait()
         self._worker = None
         self.generation_strategy.experiment = self.experiment  # not the snapshot
+        if worker.recorded:
+            # The child's strategy recorded its runs (with the generator's state
+            # after them: the sketch's warm start, a trust region) in its own
+            # copy: record them here, so that the next generation continues.
+            self.generation_strategy._generator_runs.extend(worker.recorded)
         self._refill_size = refill_size(
             self._demand - worker.demand, self._get_max_pending_trials(), self.lookahead
         )
@@ -900,16 +915,36 @@ class LookaheadOrchestrator(Orchestrator):
         return len(self.experiment.trials_by_status[TrialStatus.COMPLETED])
 
 
+#: How a background refill runs (:class:`LookaheadOrchestrator`'s ``background``).
+BACKGROUND_MODES = ("thread", "process")
+
+
+def fork_available() -> bool:
+    r"""Whether this platform can fork (``"process"`` refills need it)."""
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
 class _BackgroundGeneration:
-    r"""One refill of the queue, generated in a thread on an experiment snapshot.
+    r"""One refill of the queue, generated on an experiment snapshot.
+
+    ``mode="thread"``: in a thread of this process (it shares the interpreter's
+    lock with the Orchestrator's loop). ``mode="process"``: in a forked child
+    process, which starts with the snapshot in its copy of the memory, runs
+    the generation on one torch thread and sends the runs back through a pipe
+    (pickled) with the runs its strategy recorded; the orchestrator appends
+    those to the strategy's run list, so that the next generation's warm start
+    and a trust region's state continue from them (the child's other changes,
+    e.g. a fitted model kept in memory, are lost with it).
 
     Attributes:
         runs: The generated runs (``None`` until done or on failure).
-        error: The exception the generation raised, if any.
+        error: The exception the generation raised, if any (a child's as a
+            ``RuntimeError`` naming its type and message).
         completed: Completed trials when the snapshot was taken (the runs' age).
         num_trials: Trials in the experiment at the snapshot.
         demand: The orchestrator's count of requested trials at the start.
-        wall, cpu: Wall and thread CPU seconds of the generation.
+        wall, cpu: Wall and CPU seconds of the generation (the thread's or the
+            child process's CPU).
     """
 
     def __init__(
@@ -920,20 +955,66 @@ class _BackgroundGeneration:
         completed: int,
         num_trials: int,
         demand: int = 0,
+        mode: str = "thread",
     ) -> None:
         self.runs: list[list[GeneratorRun]] | None = None
+        self.recorded: list[GeneratorRun] = []
         self.demand = demand
         self.error: Exception | None = None
         self.completed = completed
         self.num_trials = num_trials
         self.node = orchestrator.generation_strategy.current_node_name
+        self.mode = mode
         self.wall = self.cpu = 0.0
-        self.thread = threading.Thread(
-            target=self._run,
-            args=(orchestrator, snapshot, count),
-            name="botorch_sketch-generation",
-            daemon=True,
-        )
+        self._receiver: Any = None
+        if mode == "process":
+            context = multiprocessing.get_context("fork")
+            self._receiver, sender = context.Pipe(duplex=False)
+            self._task: Any = context.Process(
+                target=_generate_in_child,
+                args=(sender, orchestrator, snapshot, count),
+                name="botorch_sketch-generation",
+                daemon=True,
+            )
+        else:
+            self._task = threading.Thread(
+                target=self._run,
+                args=(orchestrator, snapshot, count),
+                name="botorch_sketch-generation",
+                daemon=True,
+            )
+
+    def start(self) -> None:
+        self._task.start()
+
+    def done(self) -> bool:
+        r"""Whether the refill has ended (its result is ready)."""
+        if self.mode == "process":
+            return self._receiver.poll() or not self._task.is_alive()
+        return not self._task.is_alive()
+
+    def wait(self) -> None:
+        r"""Wait for the end; a child's result is read before it is joined."""
+        if self.mode == "process":
+            self._receive()
+        self._task.join()
+
+    def _receive(self) -> None:
+        try:
+            status, payload, self.wall, self.cpu = self._receiver.recv()
+        except (EOFError, OSError) as err:  # the child died without a result
+            self._task.join()
+            self.error = RuntimeError(
+                f"generation process ended without a result (exit code "
+                f"{self._task.exitcode}): {err!r}"
+            )
+            return
+        finally:
+            self._receiver.close()
+        if status == "ok":
+            self.runs, self.recorded = payload
+        else:
+            self.error = RuntimeError(payload)
 
     def _run(
         self, orchestrator: LookaheadOrchestrator, snapshot: Any, count: int
@@ -947,6 +1028,61 @@ class _BackgroundGeneration:
             self.error = err
         self.wall = time.perf_counter() - wall
         self.cpu = time.thread_time() - cpu
+
+
+def _generate_in_child(
+    sender: Any, orchestrator: LookaheadOrchestrator, snapshot: Any, count: int
+) -> None:
+    r"""The forked child of a ``"process"`` refill: generate, send, exit.
+
+    One torch thread (a forked OpenMP pool is not usable, and the parent keeps
+    the other cores). The result is ``(status, payload, wall, cpu)``: ``("ok",
+    runs, ...)`` or ``("error", "Type: message", ...)``.
+    """
+    import torch
+
+    torch.set_num_threads(1)
+    wall, cpu = time.perf_counter(), time.process_time()
+    recorded = orchestrator.generation_strategy._generator_runs
+    before = len(recorded)
+    try:
+        runs = orchestrator._generate(count, None, last_node=True, experiment=snapshot)
+        result: tuple[Any, ...] = ("ok", (runs, recorded[before:]))
+    except Exception as err:  # sent to the parent, which logs it
+        result = ("error", f"{type(err).__name__}: {err}")
+    sender.send((*result, time.perf_counter() - wall, time.process_time() - cpu))
+    sender.close()
+
+
+def background_mode(background: bool | str | None) -> str | None:
+    r"""The refill mode of ``background``: ``True`` is ``"thread"``, ``False``
+    or ``None`` none; ``"process"`` needs :func:`fork_available`.
+
+    Raises:
+        TypeError: If ``background`` is not a bool, ``None`` or a string.
+        ValueError: If it is an unknown mode, or ``"process"`` where the
+            platform cannot fork.
+    """
+    if background is None or background is False:
+        return None
+    if background is True:
+        return "thread"
+    if not isinstance(background, str):
+        raise TypeError(
+            f"background must be a bool or one of {BACKGROUND_MODES}, got "
+            f"{background!r}"
+        )
+    if background not in BACKGROUND_MODES:
+        raise ValueError(
+            f"background must be a bool or one of {BACKGROUND_MODES}, got "
+            f"{background!r}"
+        )
+    if background == "process" and not fork_available():
+        raise ValueError(
+            'background="process" needs the "fork" start method, which this '
+            'platform lacks; use background="thread".'
+        )
+    return background
 
 
 def refill_size(demand: int, parallelism: int, lookahead: int) -> int:
@@ -1007,7 +1143,7 @@ def run_trials(
     lookahead: int | None = None,
     max_queue_age: int | None = None,
     generate_ahead: bool = False,
-    background: bool = True,
+    background: bool | str = True,
 ) -> LookaheadOrchestrator:
     r"""``client.run_trials`` without its pauses, filling free slots in one call.
 
@@ -1037,9 +1173,10 @@ def run_trials(
             ``None``: ``parallelism`` (plus ``2 * lookahead`` with
             ``background``).
         generate_ahead: Refill an empty queue while every worker is busy.
-        background: Refill the queue in a thread while workers finish and are
-            served from it (:class:`LookaheadOrchestrator`); ``False``: in the
-            Orchestrator's loop.
+        background: Refill the queue in the background while workers finish
+            and are served from it (:class:`LookaheadOrchestrator`): ``True``
+            or ``"thread"`` in a thread, ``"process"`` in a forked child
+            process; ``False``: in the Orchestrator's loop.
 
     Returns:
         The orchestrator (its ``generation_calls`` time every request).
@@ -1053,8 +1190,7 @@ def run_trials(
     _check_count("lookahead", lookahead, minimum=0)
     if max_queue_age is not None:
         _check_count("max_queue_age", max_queue_age, minimum=1)
-    if not isinstance(background, bool):
-        raise TypeError(f"background must be a bool, got {background!r}")
+    background_mode(background)  # checked before anything runs
     storage = client._storage_config
     orchestrator = LookaheadOrchestrator(
         experiment=client._experiment,

@@ -25,6 +25,8 @@ from botorch_sketch.ax.ray import (
     LookaheadOrchestrator,
     RayMetric,
     RayRunner,
+    background_mode,
+    fork_available,
     parse_outcome,
     refill_size,
     run_trials,
@@ -367,6 +369,75 @@ def test_a_failing_background_refill_is_reported_and_the_run_goes_on(
     assert all(c.generated == 0 for c in orchestrator.generation_calls if c.background)
 
 
+needs_fork = pytest.mark.skipif(
+    not fork_available(), reason='background="process" needs the fork start method'
+)
+
+
+@needs_fork
+@pytest.mark.parametrize("strategy", ["bbkb", "turbo-bkb"])
+def test_process_refill_serves_freed_workers_and_continues_the_strategy(strategy):
+    """Refills in a forked child: every trial once, distinct arms, the child's
+    runs recorded in the parent's strategy (a trust region's state goes on)."""
+    client = make_client(initialization_budget=4, strategy=strategy)
+    configure_ray(client, make_evaluate(sleep=0.05), num_workers=WORKERS)
+    orchestrator = run_trials(
+        client, max_trials=16, parallelism=WORKERS, lookahead=4, background="process"
+    )
+    assert orchestrator.background_mode == "process"
+    trials = client._experiment.trials
+    assert trials_by_status(client) == {TrialStatus.COMPLETED: list(range(16))}
+    assert data_rows_per_trial(client) == dict.fromkeys(range(16), 1)
+    arms = {tuple(sorted(t.arm.parameters.items())) for t in trials.values()}
+    assert len(arms) == 16
+    refills = [c for c in orchestrator.generation_calls if c.background]
+    assert any(c.generated > 0 and c.cpu > 0 for c in refills)
+    # Every trial's arm is in a run of the strategy's list (the child's runs are
+    # recorded in the parent's strategy).
+    runs = client._generation_strategy._generator_runs
+    recorded = {arm.signature for run in runs for arm in run.arms}
+    assert all(t.arm.signature in recorded for t in trials.values())
+    if strategy == "turbo-bkb":
+        last = runs[-1]._generator_state_after_gen["region_state"]
+        assert last["num_seen"] > 4  # a refill's state, not the first call's
+    assert orchestrator._worker is None
+    assert client._generation_strategy.experiment is client._experiment
+
+
+@needs_fork
+@pytest.mark.parametrize("fault", ["raises", "dies"])
+def test_a_failing_or_dying_process_refill_is_reported_and_the_run_goes_on(
+    monkeypatch, caplog, fault
+):
+    """A refill child that raises (its error is sent back) or dies without a
+    result (``os._exit``) is logged; the loop generates itself and every trial
+    completes once."""
+    import botorch_sketch.ax.ray as ray_module
+
+    original = ray_module.gen_filled_batch
+    parent = os.getpid()
+
+    def faulty_in_child(*args, **kwargs):
+        if os.getpid() != parent:
+            if fault == "dies":
+                os._exit(3)
+            raise RuntimeError("injected refill failure")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ray_module, "gen_filled_batch", faulty_in_child)
+    client = make_client(initialization_budget=4)
+    configure_ray(client, make_evaluate(sleep=0.05), num_workers=WORKERS)
+    with caplog.at_level(logging.WARNING, logger="botorch_sketch.ax.ray"):
+        orchestrator = run_trials(
+            client, max_trials=10, parallelism=WORKERS, lookahead=2,
+            background="process",
+        )  # fmt: skip
+    assert trials_by_status(client) == {TrialStatus.COMPLETED: list(range(10))}
+    expected = "injected refill failure" if fault == "raises" else "exit code 3"
+    assert "Background generation failed" in caplog.text and expected in caplog.text
+    assert all(c.generated == 0 for c in orchestrator.generation_calls if c.background)
+
+
 @pytest.mark.parametrize(
     "kwargs, error",
     [
@@ -375,6 +446,7 @@ def test_a_failing_background_refill_is_reported_and_the_run_goes_on(
         ({"max_queue_age": 0}, ValueError),
         ({"parallelism": 0}, ValueError),
         ({"background": 1}, TypeError),
+        ({"background": "fork"}, ValueError),
     ],
 )
 def test_run_trials_rejects_bad_queue_arguments(kwargs, error):
@@ -489,3 +561,16 @@ def test_refill_size_grows_when_workers_wait(monkeypatch):
     # 10 ms evaluations finish while a refill runs: the next ones are larger.
     assert max(c.generated for c in refills) > WORKERS
     assert all(c.generated <= 4 * WORKERS for c in refills)
+
+
+def test_background_mode_names_the_refill(monkeypatch):
+    import botorch_sketch.ax.ray as ray_module
+
+    assert background_mode(True) == "thread" and background_mode("thread") == "thread"
+    assert background_mode(False) is None and background_mode(None) is None
+    monkeypatch.setattr(ray_module, "fork_available", lambda: False)
+    with pytest.raises(ValueError, match='use background="thread"'):
+        background_mode("process")
+    for bad in (1, 0.5, ["process"]):
+        with pytest.raises(TypeError, match="background must be a bool"):
+            background_mode(bad)
