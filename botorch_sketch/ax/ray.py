@@ -57,6 +57,7 @@ the existing cluster is joined.
 from __future__ import annotations
 
 import copy
+import gc
 import logging
 import math
 import multiprocessing
@@ -985,7 +986,17 @@ class _BackgroundGeneration:
             )
 
     def start(self) -> None:
-        self._task.start()
+        if self.mode != "process":
+            self._task.start()
+            return
+        # The parent's objects move to the collector's permanent generation for
+        # the fork, so that the child's collections do not write to (and so copy)
+        # every page of the parent's heap; the parent takes them back after.
+        gc.freeze()
+        try:
+            self._task.start()
+        finally:
+            gc.unfreeze()
 
     def done(self) -> bool:
         r"""Whether the refill has ended (its result is ready)."""
