@@ -345,30 +345,6 @@ def test_background_refill_serves_freed_workers_and_every_trial_completes_once()
     assert client._generation_strategy.experiment is client._experiment
 
 
-def test_a_failing_background_refill_is_reported_and_the_run_goes_on(
-    monkeypatch, caplog
-):
-    import botorch_sketch.ax.ray as ray_module
-
-    original = ray_module.gen_filled_batch
-
-    def fails_in_thread(*args, **kwargs):
-        if threading.current_thread() is not threading.main_thread():
-            raise RuntimeError("injected refill failure")
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(ray_module, "gen_filled_batch", fails_in_thread)
-    client = make_client(initialization_budget=4)
-    configure_ray(client, make_evaluate(sleep=0.05), num_workers=WORKERS)
-    with caplog.at_level(logging.WARNING, logger="botorch_sketch.ax.ray"):
-        orchestrator = run_trials(
-            client, max_trials=10, parallelism=WORKERS, lookahead=2, background=True
-        )
-    assert trials_by_status(client) == {TrialStatus.COMPLETED: list(range(10))}
-    assert "injected refill failure" in caplog.text
-    assert all(c.generated == 0 for c in orchestrator.generation_calls if c.background)
-
-
 needs_fork = pytest.mark.skipif(
     not fork_available(), reason='background="process" needs the fork start method'
 )
@@ -404,34 +380,44 @@ def test_process_refill_serves_freed_workers_and_continues_the_strategy(strategy
     assert client._generation_strategy.experiment is client._experiment
 
 
-@needs_fork
-@pytest.mark.parametrize("fault", ["raises", "dies"])
-def test_a_failing_or_dying_process_refill_is_reported_and_the_run_goes_on(
-    monkeypatch, caplog, fault
+@pytest.mark.parametrize(
+    "mode, fault",
+    [
+        ("thread", "raises"),
+        pytest.param("process", "raises", marks=needs_fork),
+        pytest.param("process", "dies", marks=needs_fork),
+    ],
+)
+def test_a_failing_background_refill_is_reported_and_the_run_goes_on(
+    monkeypatch, caplog, mode, fault
 ):
-    """A refill child that raises (its error is sent back) or dies without a
-    result (``os._exit``) is logged; the loop generates itself and every trial
-    completes once."""
+    """A refill that raises (in the thread, or in the child, which sends its
+    error back) or whose child dies without a result (``os._exit``) is logged;
+    the loop generates itself and every trial completes once."""
     import botorch_sketch.ax.ray as ray_module
 
     original = ray_module.gen_filled_batch
     parent = os.getpid()
 
-    def faulty_in_child(*args, **kwargs):
-        if os.getpid() != parent:
+    def faulty_in_background(*args, **kwargs):
+        in_background = (
+            os.getpid() != parent
+            if mode == "process"
+            else threading.current_thread() is not threading.main_thread()
+        )
+        if in_background:
             if fault == "dies":
                 os._exit(3)
             raise RuntimeError("injected refill failure")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(ray_module, "gen_filled_batch", faulty_in_child)
+    monkeypatch.setattr(ray_module, "gen_filled_batch", faulty_in_background)
     client = make_client(initialization_budget=4)
     configure_ray(client, make_evaluate(sleep=0.05), num_workers=WORKERS)
     with caplog.at_level(logging.WARNING, logger="botorch_sketch.ax.ray"):
         orchestrator = run_trials(
-            client, max_trials=10, parallelism=WORKERS, lookahead=2,
-            background="process",
-        )  # fmt: skip
+            client, max_trials=10, parallelism=WORKERS, lookahead=2, background=mode
+        )
     assert trials_by_status(client) == {TrialStatus.COMPLETED: list(range(10))}
     expected = "injected refill failure" if fault == "raises" else "exit code 3"
     assert "Background generation failed" in caplog.text and expected in caplog.text
