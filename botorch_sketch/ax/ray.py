@@ -635,7 +635,6 @@ class LookaheadOrchestrator(Orchestrator):
         self.lookahead = int(lookahead)
         self.generate_ahead = bool(generate_ahead)
         self.background_mode = mode
-        self.background = mode is not None
         default_age = int(options.max_pending_trials)
         if self.background:  # refills queued behind the runs still waiting
             default_age += 2 * self.lookahead
@@ -651,6 +650,11 @@ class LookaheadOrchestrator(Orchestrator):
         self._demand = 0
         #: The next background refill's size (``None``: ``k``).
         self._refill_size: int | None = None
+
+    @property
+    def background(self) -> bool:
+        r"""Whether refills run in the background (``background_mode`` set)."""
+        return self.background_mode is not None
 
     @property
     def queued(self) -> int:
@@ -791,7 +795,7 @@ class LookaheadOrchestrator(Orchestrator):
             completed=self._num_completed(),
             num_trials=len(self.experiment.trials),
             demand=self._demand,
-            mode=self.background_mode or "thread",
+            mode=self.background_mode,
         )
         self._worker.start()
 
@@ -1078,16 +1082,13 @@ def background_mode(background: bool | str | None) -> str | None:
         return None
     if background is True:
         return "thread"
+    message = (
+        f"background must be a bool or one of {BACKGROUND_MODES}, got {background!r}"
+    )
     if not isinstance(background, str):
-        raise TypeError(
-            f"background must be a bool or one of {BACKGROUND_MODES}, got "
-            f"{background!r}"
-        )
+        raise TypeError(message)
     if background not in BACKGROUND_MODES:
-        raise ValueError(
-            f"background must be a bool or one of {BACKGROUND_MODES}, got "
-            f"{background!r}"
-        )
+        raise ValueError(message)
     if background == "process" and not fork_available():
         raise ValueError(
             'background="process" needs the "fork" start method, which this '

@@ -12,16 +12,15 @@ from botorch.utils.sampling import manual_seed
 
 from botorch_sketch.acquisition import BatchUpperConfidenceBound, pending_cholesky
 from botorch_sketch.models import NystromGP
+from tests.threads import one_torch_thread
 
 DT = torch.float64
 
 
 @pytest.fixture(autouse=True)
 def _single_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    with one_torch_thread():
+        yield
 
 
 def make_model(n=40, d=2, m=1, standardize=False, dictionary=None, seed=0):

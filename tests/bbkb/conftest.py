@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from botorch_sketch.bbkb import fixed_rbf_kernel, rebuild
+from tests.threads import one_torch_thread
 
 DT = torch.float64
 
@@ -14,10 +15,8 @@ DT = torch.float64
 def _single_thread():
     # Tiny linear algebra on a shared 2-core machine: OpenMP spinning with 2
     # threads makes these tests ~10x slower.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    with one_torch_thread():
+        yield
 
 
 def make_state(
