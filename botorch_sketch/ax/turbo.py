@@ -40,6 +40,15 @@ the candidates are the library rows in the region (the nearest rows when fewer
 than ``q`` are), never a row observed or pending, and a restart's design is
 random rows.
 
+**Integer and categorical parameters.** The region's candidates are projected
+onto the model space's integer grids and one-hot groups and deduplicated before
+the Thompson sample (:mod:`~botorch_sketch.trust_region.discrete`), so the batch
+is chosen among the configurations that run, not among continuous relaxations
+that Ax's rounding then moves. Where every column is discrete, candidates that
+are observed or pending are dropped, and a region too small to hold ``q`` new
+configurations draws its candidates from a region of doubled side (its state
+unchanged) until it does.
+
 **Pending points** (trials running) are hallucinated at the posterior mean
 (kriging believer, ``NystromGP.condition_on_observations``), so Thompson samples
 do not pile onto them.
@@ -77,8 +86,10 @@ from torch.quasirandom import SobolEngine
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.trust_region import (
     THOMPSON_SAMPLERS,
+    DiscreteColumns,
     TrustRegionState,
     default_num_candidates,
+    discrete_columns,
     fit_region_model,
     generate_batch,
     incumbent,
@@ -221,6 +232,7 @@ class TurboGenerator(TorchGenerator):
         self._X: Tensor | None = None
         self._Y: Tensor | None = None
         self._sign = 1.0
+        self._discrete = DiscreteColumns()
 
     # ------------------------------------------------------------------ Ax API
     def fit(
@@ -238,6 +250,11 @@ class TurboGenerator(TorchGenerator):
             if not bool(torch.isfinite(dataset.Y).all()):
                 raise ValueError("the observations contain NaN or infinite values.")
         self._bounds = torch.tensor(search_space_digest.bounds, dtype=torch.float64).T
+        self._discrete = discrete_columns(
+            search_space_digest.feature_names,
+            search_space_digest.bounds,
+            search_space_digest.discrete_choices,
+        )
         self.surrogate = RegionData(training_data=list(datasets))
         self._X = self._Y = None
 
@@ -299,6 +316,7 @@ class TurboGenerator(TorchGenerator):
                 model, state, X[start:], q, num_candidates=num,
                 seed=call_seed, library=self._unit_library(), feasible=feasible,
                 thompson=self.thompson, center=self._center(region_Y),
+                discrete=self._discrete,
             )  # fmt: skip
         if points.shape[0] == 0:
             points = self._design(q, d, call_seed + state.restarts, feasible)
@@ -387,10 +405,12 @@ class TurboGenerator(TorchGenerator):
 
     def _feasibility(self, config: TorchOptConfig) -> Callable[[Tensor], Tensor]:
         r"""Mask of unit-cube candidates that satisfy the parameter constraints
-        and, with a library, are neither observed nor pending."""
+        and, with a library or on an all-discrete space, are neither observed nor
+        pending."""
         constraints = config.linear_constraints
         taken = None
-        if self.library is not None:
+        all_discrete = self._discrete.num_columns() == self._X.shape[-1]
+        if self.library is not None or all_discrete:
             rows = [self._X]
             if config.pending_observations:
                 rows.append(self._unit(config.pending_observations[0].double()))
@@ -415,7 +435,9 @@ class TurboGenerator(TorchGenerator):
         rows), feasible ones only."""
         library = self._unit_library()
         if library is None:
-            pool = _sobol(max(64 * q, 1024), d, seed=seed)
+            pool = self._discrete.unique_projection(
+                _sobol(max(64 * q, 1024), d, seed=seed)
+            )
         else:
             perm = torch.randperm(
                 library.shape[0], generator=torch.Generator().manual_seed(seed)

@@ -2,7 +2,8 @@ r"""Trust-region Bayesian optimisation (TuRBO-1) on the sketched GP.
 
 The region's state machine (:mod:`~botorch_sketch.trust_region.state`) and its
 candidates by Thompson sampling of a ``NystromGP``'s posterior
-(:mod:`~botorch_sketch.trust_region.candidates`).
+(:mod:`~botorch_sketch.trust_region.candidates`), projected onto a mixed space's
+integer and one-hot columns (:mod:`~botorch_sketch.trust_region.discrete`).
 """
 
 from botorch_sketch.trust_region.candidates import (
@@ -14,6 +15,7 @@ from botorch_sketch.trust_region.candidates import (
     perturbed_candidates,
     region_bounds,
 )
+from botorch_sketch.trust_region.discrete import DiscreteColumns, discrete_columns
 from botorch_sketch.trust_region.state import (
     TrustRegionState,
     is_improvement,
@@ -23,8 +25,10 @@ from botorch_sketch.trust_region.state import (
 
 __all__ = [
     "THOMPSON_SAMPLERS",
+    "DiscreteColumns",
     "TrustRegionState",
     "default_num_candidates",
+    "discrete_columns",
     "fit_region_model",
     "generate_batch",
     "incumbent",

@@ -66,6 +66,7 @@ from botorch_sketch.models.dictionary_policy import LeverageScorePolicy
 from botorch_sketch.models.fit_options import DEFAULT_FIT_SUBSET_SIZE, DEVICE_SUBSET
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.models.nystrom_inputs import POLICY_OPTION_DEFAULTS
+from botorch_sketch.trust_region.discrete import DiscreteColumns
 from botorch_sketch.trust_region.state import TrustRegionState
 
 __all__ = [
@@ -79,6 +80,7 @@ __all__ = [
     "incumbent",
     "perturbed_candidates",
     "region_bounds",
+    "region_candidates",
     "region_covar_module",
     "region_fit_subset_size",
     "region_is_exact",
@@ -314,6 +316,7 @@ def generate_batch(
     feasible: Callable[[Tensor], Tensor] | None = None,
     thompson: str = "joint",
     center: int | None = None,
+    discrete: DiscreteColumns | None = None,
 ) -> Tensor:
     r"""``q`` new points in the trust region by Thompson sampling (maximisation).
 
@@ -335,11 +338,16 @@ def generate_batch(
         thompson: ``"joint"`` or ``"embedding"`` (module docstring).
         center: Row of ``X`` to centre the region on (``None``: the row of
             largest posterior mean, :func:`incumbent`).
+        discrete: Optional integer and one-hot columns
+            (:class:`~botorch_sketch.trust_region.DiscreteColumns`): the perturbed
+            candidates are projected onto them and deduplicated before the
+            Thompson sample, so the batch is chosen among the points that run.
 
     Returns:
         A ``k x d`` tensor, ``k = min(q, allowed candidates)``, in the region
-        intersected with ``[0, 1]^d`` (or the nearest library rows); ``0 x d``
-        when no candidate is allowed.
+        intersected with ``[0, 1]^d`` (or the nearest library rows; with
+        ``discrete``, a discrete column's nearest allowed value to a point in
+        the region); ``0 x d`` when no candidate is allowed.
     """
     if not isinstance(q, int) or isinstance(q, bool) or q < 1:
         raise ValueError(f"q must be a positive int, got {q!r}.")
@@ -358,14 +366,16 @@ def generate_batch(
     else:
         index = center
     center = X[index].to(torch.float64)
-    bounds = region_bounds(center, lengthscales(model), state.length)
     if library is None:
         num = num_candidates or default_num_candidates(X.shape[-1])
-        candidates = perturbed_candidates(center, bounds, max(num, q), seed=seed)
+        candidates = region_candidates(
+            center, lengthscales(model), state.length, max(num, q), q,
+            seed=seed, discrete=discrete, feasible=feasible,
+        )  # fmt: skip
     else:
         candidates = library.to(center)
-    if feasible is not None:
-        candidates = candidates[feasible(candidates)]
+        if feasible is not None:
+            candidates = candidates[feasible(candidates)]
     if library is not None and candidates.shape[0] > 0:
         half = half_sides(lengthscales(model).to(center), state.length)
         gap = ((candidates - center) / half).abs().amax(-1)
@@ -379,6 +389,51 @@ def generate_batch(
         return joint_thompson(model, candidates, k, seed=seed)
     sampler = EmbeddingThompsonSampling(model, replacement=False, seed=seed)
     return sampler(candidates, num_samples=k)
+
+
+def region_candidates(
+    center: Tensor,
+    lengthscales: Tensor,
+    length: float,
+    num: int,
+    q: int,
+    seed: int | None = None,
+    discrete: DiscreteColumns | None = None,
+    feasible: Callable[[Tensor], Tensor] | None = None,
+) -> Tensor:
+    r"""Perturbed Sobol candidates of the region (:func:`perturbed_candidates`),
+    projected onto ``discrete`` columns and deduplicated, the ``feasible`` ones.
+
+    On a space whose columns are all discrete a small region can hold fewer than
+    ``q`` allowed configurations (all of them evaluated, or one rounding to the
+    centre); then the candidates are drawn again from the region with its side
+    doubled, until ``q`` are allowed or the region covers the cube. The region's
+    state is not changed. Without ``discrete`` there is one draw.
+
+    Args:
+        center: ``d`` centre in ``[0, 1]^d``.
+        lengthscales: ``d`` ARD lengthscales (the region's shape).
+        length: Base side length ``L``.
+        num: Candidates per draw.
+        q: Allowed candidates wanted.
+        seed: Seed of every draw.
+        discrete: Optional discrete columns to project onto.
+        feasible: Optional ``A x d -> A`` mask of allowed candidates.
+
+    Returns:
+        An ``A' x d`` tensor (``A' <= num``; may be fewer than ``q``).
+    """
+    while True:
+        bounds = region_bounds(center, lengthscales, length)
+        candidates = perturbed_candidates(center, bounds, num, seed=seed)
+        if discrete is not None:
+            candidates = discrete.unique_projection(candidates)
+        if feasible is not None:
+            candidates = candidates[feasible(candidates)]
+        covers = bool((bounds[0] <= 0.0).all() and (bounds[1] >= 1.0).all())
+        if discrete is None or candidates.shape[0] >= q or covers:
+            return candidates
+        length *= 2.0
 
 
 def joint_thompson(

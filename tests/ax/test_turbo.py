@@ -144,6 +144,38 @@ def test_categoricals_are_one_column_per_value_and_arms_are_levels():
     assert run._generator_state_after_gen["region_state"]["trust_region"]["dim"] == 13
 
 
+def test_region_batches_on_a_discrete_space_are_new_configurations():
+    # 2 integers in [0, 5] and a 4-level categorical: 144 configurations. The
+    # region's candidates are projected onto them, so no region batch repeats
+    # an evaluated (or pending) configuration or one of its own points.
+    client = Client(random_seed=0)
+    client.configure_experiment(
+        parameters=[
+            RangeParameterConfig(name="i", parameter_type="int", bounds=(0, 5)),
+            RangeParameterConfig(name="j", parameter_type="int", bounds=(0, 5)),
+            ChoiceParameterConfig(
+                name="c", parameter_type="str", values=["p", "q", "r", "s"]
+            ),
+        ]
+    )
+    client.configure_optimization(objective="-f")
+    client.set_generation_strategy(
+        get_generation_strategy("turbo-bkb", initialization_budget=12, batch_size=6)
+    )
+    seen: set[tuple] = set()
+    for round_ in range(6):
+        trials = get_next_batch(client, max_batch_size=6)
+        keys = [(p["i"], p["j"], p["c"]) for p in trials.values()]
+        if round_ >= 2:  # after the Sobol design and the region's design
+            assert len(set(keys)) == len(keys)
+            assert not set(keys) & seen
+        seen.update(keys)
+        for index, p in trials.items():
+            value = (p["i"] - 2) ** 2 + (p["j"] - 4) ** 2 + (p["c"] != "r")
+            client.complete_trial(index, raw_data={"f": float(value)})
+    assert last_metadata(client)["num_candidates"] == default_num_candidates(6)
+
+
 def test_the_design_completing_batch_sets_the_incumbent_and_counts_nothing():
     # Branin (d = 2, design 2 d = 4): 2 Sobol trials, then the region's own
     # design of 6 points; the call after it fits the first model. Those 6 points
