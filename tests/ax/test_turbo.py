@@ -176,6 +176,40 @@ def test_region_batches_on_a_discrete_space_are_new_configurations():
     assert last_metadata(client)["num_candidates"] == default_num_candidates(6)
 
 
+@pytest.mark.parametrize("continuous", [False, True])
+def test_candidates_are_projected_only_where_every_column_is_discrete(continuous):
+    # An integer and a 3-level one-hot group: projected (and observed
+    # configurations dropped); with a float column beside them the candidates
+    # stay continuous relaxations that Ax rounds (measured better on mixed10).
+    from ax.core.search_space import SearchSpaceDigest
+    from botorch.utils.datasets import SupervisedDataset
+
+    from botorch_sketch.ax.turbo import TurboGenerator
+
+    names = ["k", "c_OH_PARAM_0", "c_OH_PARAM_1", "c_OH_PARAM_2"]
+    bounds = [(0, 4), (0.0, 1.0), (0.0, 1.0), (0.0, 1.0)]
+    if continuous:
+        names, bounds = ["x", *names], [(-1.0, 1.0), *bounds]
+    digest = SearchSpaceDigest(
+        feature_names=names,
+        bounds=bounds,
+        ordinal_features=[len(names) - 4],
+        discrete_choices={len(names) - 4: [0, 1, 2, 3, 4]},
+    )
+    X = torch.zeros(3, len(names), dtype=torch.float64)
+    X[:, -3] = 1.0
+    data = SupervisedDataset(
+        X, torch.rand(3, 1, dtype=torch.float64), feature_names=names,
+        outcome_names=["f"],
+    )  # fmt: skip
+    generator = TurboGenerator()
+    generator.fit([data], digest)
+    assert generator._discrete.is_empty == continuous
+    if not continuous:
+        assert generator._discrete.one_hot == ((1, 2, 3),)
+        assert generator._discrete.num_parameters(4) == 2
+
+
 def test_the_design_completing_batch_sets_the_incumbent_and_counts_nothing():
     # Branin (d = 2, design 2 d = 4): 2 Sobol trials, then the region's own
     # design of 6 points; the call after it fits the first model. Those 6 points
