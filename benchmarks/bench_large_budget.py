@@ -70,6 +70,12 @@ batches of ``--batch``):
   from torch's global generator under the same seed), with SciPy's ``ftol``: the
   algorithm of ``turbo-bkb-scipyftol`` on another random stream. Every earlier
   ``turbo-bkb`` row was relabelled so.
+- ``turbo-bkb-projected`` / ``turbo-bkb-a2000-projected`` (rows only, not
+  runnable; ``mixed10``): ``"turbo-bkb"`` (with 2,000 candidates) when it
+  projected the region's candidates onto the integer grids and one-hot groups
+  on every space with a discrete column (commit 8f8b7de); since the next commit
+  only where every column is discrete, so ``turbo-bkb`` rows of ``mixed10``
+  before and after it are the same algorithm.
 - ``bbkb-r5``: ``"bbkb"`` with ``num_restarts=5``.
 - ``bbkb-autograd`` (rows only, not runnable): ``"bbkb"`` before the batch
   UCB's closed-form value and gradient (commit 3816da8; before, autograd through

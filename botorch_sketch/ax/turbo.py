@@ -50,8 +50,8 @@ it does: without it a shrunken region rounds every candidate to configurations
 already run. Where some column is continuous, the candidates stay continuous
 relaxations and Ax rounds the chosen points: the batch then never repeats a
 point, and projecting measured worse there (``mixed10`` in
-``benchmarks/results/large_budget.md``: median 0.27 against 0.10 over 5 and 6
-seeds at 1,000 evaluations in batches of 50; the relaxed one-hot points are
+``benchmarks/results/large_budget.md``: median 0.26 against 0.10 over 6 seeds
+at 1,000 evaluations in batches of 50; the relaxed one-hot points are
 farther from the data, so their samples explore other levels more).
 
 **Pending points** (trials running) are hallucinated at the posterior mean
