@@ -31,8 +31,6 @@ batches of ``--batch``):
 - ``turbo-bkb-warm``: ``"turbo-bkb"`` with ``region_fit="warm"`` (the default
   before 2026-11-27: the rows labelled ``turbo-bkb`` from earlier commits were
   relabelled ``turbo-bkb-warm``).
-- ``turbo-bkb-init``: ``"turbo-bkb"`` with ``region_fit="init"`` (each region
-  fit starts from the previous call's fitted hyperparameters).
 - ``turbo-bkb-fit300`` / ``turbo-bkb-fit600`` / ``turbo-bkb-fit1000``:
   ``"turbo-bkb"`` with ``fit_subset_size=300`` / ``600`` / ``1000`` (the cold
   fits on a subsample of the region). ``1000`` is the default on a CPU before
@@ -197,7 +195,6 @@ METHODS = (
 #: Benchmark names of a package strategy with options: ``name -> (strategy, options)``.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-warm": ("turbo-bkb", {"region_fit": "warm"}),
-    "turbo-bkb-init": ("turbo-bkb", {"region_fit": "init"}),
     "turbo-bkb-fit300": ("turbo-bkb", {"fit_subset_size": 300}),
     "turbo-bkb-fit600": ("turbo-bkb", {"fit_subset_size": 600}),
     "turbo-bkb-fit1000": ("turbo-bkb", {"fit_subset_size": 1000}),

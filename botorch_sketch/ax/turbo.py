@@ -11,9 +11,7 @@ NeurIPS 2019) with the sketched GP as the region's model
    design, which sets the incumbent and counts neither way). A ``NystromGP``
    is fitted on the current region's data: from its initial hyperparameters at
    every call (``region_fit="cold"``, TuRBO's
-   choice), from the previous call's fitted hyperparameters in the same region
-   (``"init"``: the same fit to convergence, fewer iterations where the optimum
-   moved little), or warm-started from the previous call's sketch and refitted on
+   choice), or warm-started from the previous call's sketch and refitted on
    :class:`~botorch_sketch.models.NystromGP`'s schedule (``"warm"``: cheaper, but
    a region shrinks onto structure the previous hyperparameters do not describe,
    and a warm chain keeps them); the batch is a success when its best value
@@ -100,7 +98,6 @@ from botorch_sketch.trust_region import (
     fit_region_model,
     generate_batch,
     incumbent,
-    region_hyperparameters,
     restart_state,
     update_state,
 )
@@ -140,7 +137,7 @@ TURBO_OPTIONS: dict[str, Any] = {
 INCUMBENTS = ("mean", "observed")
 
 #: How the region's model is fitted at each call (module docstring, step 2).
-REGION_FITS = ("cold", "init", "warm")
+REGION_FITS = ("cold", "warm")
 
 
 class TurboGenerator(TorchGenerator):
@@ -165,11 +162,8 @@ class TurboGenerator(TorchGenerator):
             noise that is large against the function's differences, module
             docstring).
         region_fit: ``"cold"`` (the region's model fitted from its initial
-            hyperparameters at every call, as TuRBO-1), ``"init"`` (fitted to
-            convergence at every call from the previous call's fitted
-            hyperparameters within the same region; the dictionary drawn anew)
-            or ``"warm"`` (from the previous call's sketch state, refitted on
-            ``NystromGP``'s schedule).
+            hyperparameters at every call, as TuRBO-1) or ``"warm"`` (from the
+            previous call's sketch state, refitted on ``NystromGP``'s schedule).
         seed: Base seed of every draw.
         surrogate_spec: One ``NystromGP`` ``ModelConfig`` whose ``model_options``
             (``q_bar``, ``max_dictionary_size``, ...) build the region's model.
@@ -296,7 +290,6 @@ class TurboGenerator(TorchGenerator):
         start = int(saved.get("region_start", 0))
         seen = int(saved.get("num_seen", 0))
         sketch = saved.get("sketch_state")
-        hypers = saved.get("hyperparameters")
         info: dict[str, Any] = {}
         pending = torch_opt_config.pending_observations or []
         num_pending = int(pending[0].shape[0]) if pending else 0
@@ -308,7 +301,6 @@ class TurboGenerator(TorchGenerator):
         if region_X.shape[0] >= min_region_points(d):
             model = fit_region_model(
                 region_X, region_Y, warm_start=sketch if warm else None,
-                init=hypers if self.region_fit == "init" else None,
                 **{"seed": self.seed, **self.model_options},
             )  # fmt: skip
             state = self._update(
@@ -317,12 +309,9 @@ class TurboGenerator(TorchGenerator):
             if state.restart_triggered:
                 logger.info("turbo-bkb: region restarts after %d points.", num_obs)
                 state, start, sketch = restart_state(state), num_obs, None
-                hypers = None
                 self.surrogate.model = None
             else:
                 sketch = model.sketch_state().to_dict() if warm else None
-                if self.region_fit == "init":
-                    hypers = region_hyperparameters(model)
                 self.surrogate.model = model
                 info["dictionary_size"] = model.dictionary_size
         points = X.new_zeros(0, d)
@@ -344,7 +333,6 @@ class TurboGenerator(TorchGenerator):
             "region_start": start,
             "num_seen": num_obs,
             "sketch_state": sketch,
-            "hyperparameters": hypers,
         }
         points = self._from_unit(points.to(torch.float64))
         rounding = torch_opt_config.rounding_func

@@ -14,7 +14,6 @@ from botorch_sketch.trust_region.candidates import (
     incumbent,
     perturbed_candidates,
     region_bounds,
-    region_hyperparameters,
 )
 from botorch_sketch.trust_region.discrete import DiscreteColumns, discrete_columns
 from botorch_sketch.trust_region.state import (
@@ -36,7 +35,6 @@ __all__ = [
     "is_improvement",
     "perturbed_candidates",
     "region_bounds",
-    "region_hyperparameters",
     "restart_state",
     "update_state",
 ]

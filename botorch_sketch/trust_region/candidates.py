@@ -45,7 +45,7 @@ another row (e.g. the best observation, as TuRBO).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -83,9 +83,7 @@ __all__ = [
     "region_candidates",
     "region_covar_module",
     "region_fit_subset_size",
-    "region_hyperparameters",
     "region_is_exact",
-    "set_hyperparameters",
 ]
 
 #: Expected number of perturbed coordinates per candidate (``min(1, 20 / d)``).
@@ -193,7 +191,6 @@ def fit_region_model(
     Y: Tensor,
     warm_start: Any = None,
     seed: int | None = None,
-    init: Mapping[str, Sequence[float]] | None = None,
     **model_options: Any,
 ) -> NystromGP:
     r"""A fitted ``NystromGP`` on the region's data.
@@ -204,10 +201,6 @@ def fit_region_model(
         warm_start: A previous model's ``sketch_state()`` (or its dict) on a
             prefix of the same data; ``None``: fitted from scratch.
         seed: The model's seed.
-        init: Optional raw hyperparameter values to start the fit from
-            (:func:`region_hyperparameters` of a previous model; entries whose
-            name or size the new model lacks are skipped); ``None``: the
-            model's initial values.
         **model_options: Further ``NystromGP`` options (``q_bar``,
             ``max_dictionary_size``, ...). ``fit_subset_size="device"`` (also
             the default) is resolved by :func:`region_fit_subset_size`;
@@ -242,32 +235,8 @@ def fit_region_model(
     else:
         model_options = {**model_options, "seed": seed}
     model = NystromGP(X, Y, warm_start=warm_start, **model_options)
-    if init is not None:
-        set_hyperparameters(model, init)
     fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
     return model
-
-
-def region_hyperparameters(model: NystromGP) -> dict[str, list[float]]:
-    r"""The model's raw hyperparameters by parameter name, as flat lists of
-    floats (JSON-serialisable; :func:`fit_region_model`'s ``init``)."""
-    return {
-        name: value.detach().cpu().reshape(-1).tolist()
-        for name, value in model.named_parameters()
-    }
-
-
-def set_hyperparameters(
-    model: NystromGP, values: Mapping[str, Sequence[float]]
-) -> None:
-    r"""Copy raw hyperparameter ``values`` (by name, flat) into ``model``;
-    a name the model lacks or a size that differs is skipped."""
-    params = dict(model.named_parameters())
-    with torch.no_grad():
-        for name, value in values.items():
-            param = params.get(name)
-            if param is not None and param.numel() == len(value):
-                param.copy_(torch.as_tensor(value).reshape(param.shape))
 
 
 def incumbent(model: NystromGP, X: Tensor) -> tuple[int, float]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -260,47 +258,3 @@ def test_region_fits_stop_at_the_region_fit_tolerance():
     Y = torch.sin(5 * X).sum(-1, keepdim=True)
     assert fit_region_model(X, Y, seed=0).fit_tolerance == REGION_FIT_TOLERANCE
     assert fit_region_model(X, Y, seed=0, fit_tolerance=None).fit_tolerance is None
-
-
-def test_a_fit_from_the_previous_hyperparameters_reaches_the_cold_optimum():
-    # region_fit="init": the fit starts from region_hyperparameters of the
-    # model on the first 112 points and ends where the cold fit on all 120
-    # does (one optimum here), in fewer iterations.
-    from botorch_sketch.trust_region.candidates import (
-        region_hyperparameters,
-        set_hyperparameters,
-    )
-
-    g = torch.Generator().manual_seed(2)
-    X = torch.rand(120, 4, generator=g, dtype=torch.float64)
-    Y = torch.sin(4 * X[:, :2]).sum(-1, keepdim=True) + 0.02 * torch.randn(
-        120, 1, generator=g, dtype=torch.float64
-    )
-    before = region_hyperparameters(fit_region_model(X[:112], Y[:112], seed=0))
-    assert json.loads(json.dumps(before)) == before
-    cold = fit_region_model(X, Y, seed=0)
-    warm = fit_region_model(X, Y, seed=0, init=before)
-    # The two coordinates Y depends on (the others' lengthscales sit on a flat
-    # likelihood, far above 1, where both fits stop by the tolerance).
-    torch.testing.assert_close(
-        lengthscales(warm)[:2], lengthscales(cold)[:2], rtol=2e-2, atol=0
-    )
-    assert bool((lengthscales(warm)[2:] > 5).all())
-    torch.testing.assert_close(
-        warm.likelihood.noise, cold.likelihood.noise, rtol=5e-2, atol=1e-6
-    )
-    # Unknown names and other sizes are skipped; known ones are copied.
-    fresh = fit_region_model(X[:20], Y[:20], seed=0, fit_max_iterations=1)
-    set_hyperparameters(
-        fresh,
-        {
-            "covar_module.raw_lengthscale": [0.1, 0.2],  # 2 of 4: skipped
-            "mean_module.raw_constant": [0.75],
-            "no.such.parameter": [1.0],
-        },
-    )
-    assert float(fresh.mean_module.constant) == 0.75
-    assert not torch.equal(
-        fresh.covar_module.raw_lengthscale.detach().reshape(-1)[:2],
-        torch.tensor([0.1, 0.2], dtype=torch.float64),
-    )
