@@ -31,6 +31,11 @@ batches of ``--batch``):
 - ``turbo-bkb-warm``: ``"turbo-bkb"`` with ``region_fit="warm"`` (the default
   before 2026-11-27: the rows labelled ``turbo-bkb`` from earlier commits were
   relabelled ``turbo-bkb-warm``).
+- ``turbo-bkb-init`` (rows only, not runnable): ``"turbo-bkb"`` with each
+  region fit started from the previous call's fitted hyperparameters (the same
+  region, fitted to the same tolerance; commit 83617aa, reverted: worse optima
+  on Levy10, Michalewicz10 and the mixed space, and no cheaper with batches of
+  50).
 - ``turbo-bkb-fit300`` / ``turbo-bkb-fit600`` / ``turbo-bkb-fit1000``:
   ``"turbo-bkb"`` with ``fit_subset_size=300`` / ``600`` / ``1000`` (the cold
   fits on a subsample of the region). ``1000`` is the default on a CPU before
