@@ -16,7 +16,11 @@ maximised. The optimum is found by enumeration.
 
 Variants: ``new-points`` (the package: ``prefer_new_points=True``) and
 ``plain`` (``prefer_new_points=False``: the plain argmax of the batch UCB,
-the behaviour the issue reports), patched into the Ax acquisition's call.
+the behaviour the issue reports), patched into the Ax acquisition's call;
+``turbo-bkb`` (``get_generation_strategy("turbo-bkb", batch_size=50)``, whose
+region candidates are projected onto the configurations on an all-discrete
+space since commit 8f8b7de) and ``turbo-bkb-relaxed`` (rows only: the same
+strategy before it, run from that commit's parent).
 
 Usage::
 
@@ -116,11 +120,13 @@ def run(
         )
     try:
         client = new_client(seed)
-        client.set_generation_strategy(
-            get_generation_strategy(
+        if variant.startswith("turbo-bkb"):
+            strategy = get_generation_strategy("turbo-bkb", seed=seed, batch_size=BATCH)
+        else:
+            strategy = get_generation_strategy(
                 "bbkb", seed=seed, min_batch_size=BATCH, **optimizer
             )
-        )
+        client.set_generation_strategy(strategy)
         gen = torch.Generator().manual_seed(seed)
         seen: set[tuple] = set()
         repeats, in_batch_max, done, best = 0, 0, 0, -float("inf")
@@ -155,7 +161,9 @@ def run(
         "repeat share": repeats / done,
         "max repeats in a batch": in_batch_max,
         "regret": best_value - best,
-        "restarts/raw": f"{optimizer.get('num_restarts', 'default')}/"
+        "restarts/raw": "-"
+        if variant.startswith("turbo-bkb")
+        else f"{optimizer.get('num_restarts', 'default')}/"
         f"{optimizer.get('raw_samples', 'default')}",
         "cpu_s": time.process_time() - cpu0,
         "load": os.getloadavg()[0],
@@ -184,7 +192,9 @@ def report(out: Path) -> None:
         "Tabular problem of `benchmarks/bench_discrete_repeats.py` (9 choice "
         "parameters, 62,208 configurations, a synthetic stand-in for the "
         "issue's table, noise sd 0.05), "
-        f'`get_generation_strategy("bbkb", min_batch_size={BATCH})` + '
+        f'`get_generation_strategy("bbkb", min_batch_size={BATCH})` (variants '
+        f'new-points, plain) or `get_generation_strategy("turbo-bkb", '
+        f"batch_size={BATCH})` (turbo-bkb, turbo-bkb-relaxed; module docstring) + "
         f"`get_next_batch(client, {BATCH})`; a repeat is an evaluation of a "
         "configuration evaluated before (or earlier in its batch). One torch "
         "thread, shared 2-core machine (load per row).",
@@ -283,7 +293,11 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="write the results from these runs' progress lines instead of running",
     )
+    p.add_argument("--report", action="store_true", help="only write the report")
     args = p.parse_args(argv)
+    if args.report:
+        report(args.out)
+        return 0
     if args.progress_logs:
         optimizer = FAST_OPTIMIZER if args.fast else {}
         report_progress(args.progress_logs, args.out, optimizer)
