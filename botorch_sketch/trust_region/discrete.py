@@ -13,10 +13,15 @@ nearest configuration (the nearest grid value of each integer column; the
 largest column of each one-hot group set to 1, the others to 0), so the batch is
 chosen among the points that will run, duplicates removed.
 
-A one-hot group of ``k`` columns is one parameter:
-:meth:`DiscreteColumns.num_parameters` is the width TuRBO's candidate count
-(``min(5000, max(2000, 200 d))``, Eriksson et al., NeurIPS 2019, Sec. 3) is
-taken of, since the projected candidates vary along ``d`` parameters.
+A one-hot group of ``k`` columns is one parameter
+(:meth:`DiscreteColumns.num_parameters`). The candidate count stays TuRBO's
+``min(5000, max(2000, 200 d))`` (Eriksson et al., NeurIPS 2019, Sec. 3) of the
+model space's width ``d``: counting a group once measured worse on a mixed space
+(:class:`~botorch_sketch.ax.turbo.TurboGenerator`).
+
+:class:`~botorch_sketch.ax.turbo.TurboGenerator` projects only where every column
+is discrete; on spaces with a continuous column the relaxed candidates found
+better optima.
 """
 
 from __future__ import annotations
