@@ -10,18 +10,21 @@ a user with categorical or log-scaled parameters never writes the encoding by ha
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 from ax.adapter.registry import MBM_X_trans_base
+from ax.adapter.transforms.one_hot import OH_PARAM_INFIX
 from ax.api.client import Client
 from ax.core.experiment import Experiment
 from ax.core.observation import ObservationFeatures
 from ax.core.search_space import SearchSpace
 from torch import Tensor
 
-__all__ = ["encode_library", "model_space"]
+from botorch_sketch.trust_region import DiscreteColumns
+
+__all__ = ["discrete_columns", "encode_library", "model_space"]
 
 
 def model_space(search_space: SearchSpace) -> SearchSpace:
@@ -75,3 +78,36 @@ def encode_library(
         [[float(f.parameters[name]) for name in names] for f in features],
         dtype=torch.float64,
     )
+
+
+def discrete_columns(
+    feature_names: Sequence[str],
+    bounds: Sequence[tuple[float, float]],
+    discrete_choices: Mapping[int, Sequence[float]],
+) -> DiscreteColumns:
+    r"""The discrete columns of Ax's model space (a ``SearchSpaceDigest``'s
+    ``feature_names``, ``bounds`` and ``discrete_choices``) in the unit cube.
+
+    Columns in ``discrete_choices`` get their values scaled by ``bounds``; columns
+    named ``<name>_OH_PARAM_<i>`` (Ax's ``OneHot`` transform) are grouped by
+    ``<name>`` (a group of one column, a choice narrowed to one value, always
+    projects to 1).
+    """
+    if len(feature_names) != len(bounds):
+        raise ValueError(
+            f"{len(feature_names)} feature names but {len(bounds)} bounds."
+        )
+    grids = {}
+    for column, values in discrete_choices.items():
+        lower, upper = (float(b) for b in bounds[column])
+        width = upper - lower
+        values = torch.as_tensor(values, dtype=torch.float64)
+        grids[int(column)] = (
+            (values - lower) / width if width > 0 else torch.zeros_like(values)
+        )
+    groups: dict[str, list[int]] = {}
+    for column, name in enumerate(feature_names):
+        prefix, infix, suffix = name.rpartition(OH_PARAM_INFIX)
+        if infix and prefix and suffix.isdigit() and column not in grids:
+            groups.setdefault(prefix, []).append(column)
+    return DiscreteColumns(grids=grids, one_hot=tuple(map(tuple, groups.values())))

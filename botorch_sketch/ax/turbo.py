@@ -88,13 +88,13 @@ from botorch.utils.datasets import SupervisedDataset
 from torch import Tensor
 from torch.quasirandom import SobolEngine
 
+from botorch_sketch.ax.encoding import discrete_columns
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.trust_region import (
     THOMPSON_SAMPLERS,
     DiscreteColumns,
     TrustRegionState,
     default_num_candidates,
-    discrete_columns,
     fit_region_model,
     generate_batch,
     incumbent,

@@ -15,7 +15,7 @@ from botorch_sketch.trust_region.candidates import (
     perturbed_candidates,
     region_bounds,
 )
-from botorch_sketch.trust_region.discrete import DiscreteColumns, discrete_columns
+from botorch_sketch.trust_region.discrete import DiscreteColumns
 from botorch_sketch.trust_region.state import (
     TrustRegionState,
     is_improvement,
@@ -28,7 +28,6 @@ __all__ = [
     "DiscreteColumns",
     "TrustRegionState",
     "default_num_candidates",
-    "discrete_columns",
     "fit_region_model",
     "generate_batch",
     "incumbent",

@@ -11,7 +11,9 @@ and Ax's rounding then moves the chosen point to another configuration, one the
 sample did not rank. :meth:`DiscreteColumns.project` maps each candidate to the
 nearest configuration (the nearest grid value of each integer column; the
 largest column of each one-hot group set to 1, the others to 0), so the batch is
-chosen among the points that will run, duplicates removed.
+chosen among the points that will run, duplicates removed. The columns of an
+Ax search space are read from its digest by
+:func:`botorch_sketch.ax.encoding.discrete_columns`.
 
 A one-hot group of ``k`` columns is one parameter
 (:meth:`DiscreteColumns.num_parameters`). The candidate count stays TuRBO's
@@ -26,17 +28,13 @@ better optima.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
-__all__ = ["ONE_HOT_INFIX", "DiscreteColumns", "discrete_columns"]
-
-#: Infix of the columns Ax's ``OneHot`` transform makes (``<name>_OH_PARAM_<i>``;
-#: ``ax.adapter.transforms.one_hot.OH_PARAM_INFIX``).
-ONE_HOT_INFIX = "_OH_PARAM_"
+__all__ = ["DiscreteColumns"]
 
 
 @dataclass(frozen=True)
@@ -55,8 +53,7 @@ class DiscreteColumns:
 
     def __post_init__(self) -> None:
         seen: set[int] = set()
-        columns = [*self.grids, *(c for group in self.one_hot for c in group)]
-        for column in columns:
+        for column in self.columns():
             if isinstance(column, bool) or not isinstance(column, int) or column < 0:
                 raise ValueError(
                     f"discrete column indices must be non-negative ints, got "
@@ -86,14 +83,17 @@ class DiscreteColumns:
         r"""Whether no column is discrete."""
         return not self.grids and not self.one_hot
 
+    def columns(self) -> list[int]:
+        r"""Every column listed: the grids' then the one-hot groups'."""
+        return [*self.grids, *(c for group in self.one_hot for c in group)]
+
     def max_column(self) -> int:
         r"""The largest column index listed (-1 when none is)."""
-        columns = [*self.grids, *(c for group in self.one_hot for c in group)]
-        return max(columns, default=-1)
+        return max(self.columns(), default=-1)
 
     def num_columns(self) -> int:
         r"""How many columns are discrete."""
-        return len(self.grids) + sum(len(group) for group in self.one_hot)
+        return len(self.columns())
 
     def num_parameters(self, dim: int) -> int:
         r"""Parameters behind ``dim`` columns: a one-hot group counts once."""
@@ -148,35 +148,3 @@ class DiscreteColumns:
             0, inverse, torch.arange(projected.shape[0], device=X.device), "amin"
         )
         return projected[first.sort().values]
-
-
-def discrete_columns(
-    feature_names: Sequence[str],
-    bounds: Sequence[tuple[float, float]],
-    discrete_choices: Mapping[int, Sequence[float]],
-) -> DiscreteColumns:
-    r"""The discrete columns of Ax's model space (a ``SearchSpaceDigest``'s
-    ``feature_names``, ``bounds`` and ``discrete_choices``) in the unit cube.
-
-    Columns in ``discrete_choices`` get their values scaled by ``bounds``; columns
-    named ``<name>_OH_PARAM_<i>`` are grouped by ``<name>`` (a group of one
-    column, a choice narrowed to one value, always projects to 1).
-    """
-    if len(feature_names) != len(bounds):
-        raise ValueError(
-            f"{len(feature_names)} feature names but {len(bounds)} bounds."
-        )
-    grids = {}
-    for column, values in discrete_choices.items():
-        lower, upper = (float(b) for b in bounds[column])
-        width = upper - lower
-        values = torch.as_tensor(values, dtype=torch.float64)
-        grids[int(column)] = (
-            (values - lower) / width if width > 0 else torch.zeros_like(values)
-        )
-    groups: dict[str, list[int]] = {}
-    for column, name in enumerate(feature_names):
-        prefix, infix, suffix = name.rpartition(ONE_HOT_INFIX)
-        if infix and prefix and suffix.isdigit() and column not in grids:
-            groups.setdefault(prefix, []).append(column)
-    return DiscreteColumns(grids=grids, one_hot=tuple(map(tuple, groups.values())))

@@ -8,29 +8,25 @@ import torch
 from botorch_sketch.trust_region import (
     DiscreteColumns,
     TrustRegionState,
-    discrete_columns,
     fit_region_model,
     generate_batch,
     region_bounds,
 )
 from botorch_sketch.trust_region.candidates import lengthscales, region_candidates
 
-NAMES = ["x", "k", "c_OH_PARAM_0", "c_OH_PARAM_1", "c_OH_PARAM_2"]
-BOUNDS = [(-1.0, 1.0), (0, 4), (0.0, 1.0), (0.0, 1.0), (0.0, 1.0)]
-
 
 def columns() -> DiscreteColumns:
-    return discrete_columns(NAMES, BOUNDS, {1: [0, 1, 2, 3, 4]})
+    # A float column, an integer with 5 values and a 3-level one-hot group.
+    return DiscreteColumns(grids={1: torch.linspace(0, 1, 5)}, one_hot=((2, 3, 4),))
 
 
-def test_digest_gives_unit_grids_and_one_hot_groups():
+def test_columns_and_parameters_are_counted():
     dc = columns()
-    assert list(dc.grids) == [1]
-    assert torch.equal(dc.grids[1], torch.tensor([0.0, 0.25, 0.5, 0.75, 1.0]).double())
-    assert dc.one_hot == ((2, 3, 4),)
-    assert dc.num_columns() == 4
+    assert dc.columns() == [1, 2, 3, 4]
+    assert dc.max_column() == 4 and dc.num_columns() == 4
     assert dc.num_parameters(5) == 3
     assert not dc.is_empty and DiscreteColumns().is_empty
+    assert DiscreteColumns().max_column() == -1
 
 
 def test_project_closed_cases():
@@ -86,14 +82,12 @@ def test_bad_columns_are_rejected(kwargs, message):
         DiscreteColumns(**kwargs)
 
 
-def test_too_few_columns_and_mismatched_digest_are_rejected():
+def test_too_few_columns_are_rejected():
     dc = columns()
     with pytest.raises(ValueError, match="column 4 is discrete"):
         dc.project(torch.rand(3, 4))
     with pytest.raises(ValueError, match="do not hold column 4"):
         dc.num_parameters(4)
-    with pytest.raises(ValueError, match="5 feature names but 4 bounds"):
-        discrete_columns(NAMES, BOUNDS[:4], {})
 
 
 def test_region_batch_is_on_the_grid_and_in_the_region():
