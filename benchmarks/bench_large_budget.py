@@ -45,13 +45,13 @@ batches of ``--batch``):
   ``fit_max_iterations=100`` / ``200`` (L-BFGS-B iterations of each region fit).
 - ``<name>-linls`` (rows only, not runnable): a ``turbo-bkb`` variant before its
   region model optimised the lengthscales in log space
-  (:func:`botorch_sketch.trust_region.candidates.region_covar_module`, commit
+  (:func:`botorch_sketch.trust_region.model.region_covar_module`, commit
   acce6a9), run with one ``client.complete_trial`` per trial; every
   ``turbo-bkb*`` row of earlier commits was relabelled so.
 - ``<name>-sketch500`` (rows only, not runnable): a ``turbo-bkb`` variant with
   log-space lengthscales and batch completion, before its region model used
   every point wherever the device affords the exact posterior
-  (:func:`botorch_sketch.trust_region.candidates.region_is_exact`, commit
+  (:func:`botorch_sketch.trust_region.model.region_is_exact`, commit
   0f72e98; before it, a region above ``exact_max_n = 500`` points was a
   leverage-score sketch unless a capped draw missed its accuracy criterion).
   Where no region grew past 500 points its rows equal the new default's.
@@ -81,6 +81,19 @@ batches of ``--batch``):
   on every space with a discrete column (commit 8f8b7de); since the next commit
   only where every column is discrete, so ``turbo-bkb`` rows of ``mixed10``
   before and after it are the same algorithm.
+- ``turbo-bkb-refit0``: ``"turbo-bkb"`` with ``refit_growth=0`` (the region's
+  hyperparameters fitted at every call, as TuRBO-1: the only setting before the
+  option existed). Every earlier ``turbo-bkb`` row of a problem without
+  unordered choice parameters was relabelled so (the same algorithm); rows of
+  the other ``turbo-bkb-*`` variants from earlier commits refit at every call.
+- ``turbo-bkb-ard`` (rows only, not runnable; ``mixed10``): ``"turbo-bkb"`` with
+  ``refit_growth=0`` before the one-hot columns of a categorical parameter
+  shared one lengthscale and the candidate count counted that parameter once
+  (:func:`botorch_sketch.trust_region.model.region_covar_module`; before, one
+  lengthscale per column and ``200 d`` candidates for ``d`` columns: 3,600
+  instead of 2,000 on ``mixed10``). Every earlier ``turbo-bkb`` row of
+  ``mixed10`` was relabelled so, and its ``turbo-bkb-a2000`` rows
+  ``turbo-bkb-ard-a2000`` (one lengthscale per column, 2,000 candidates).
 - ``bbkb-r5``: ``"bbkb"`` with ``num_restarts=5``.
 - ``bbkb-autograd`` (rows only, not runnable): ``"bbkb"`` before the batch
   UCB's closed-form value and gradient (commit 3816da8; before, autograd through
@@ -173,6 +186,7 @@ METHODS = (
     "bbkb",
     "turbo-bkb",
     "turbo-bkb-warm",
+    "turbo-bkb-refit0",
     "turbo-bkb-fit300",
     "turbo-bkb-fit600",
     "turbo-bkb-fit1000",
@@ -200,6 +214,7 @@ METHODS = (
 #: Benchmark names of a package strategy with options: ``name -> (strategy, options)``.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-warm": ("turbo-bkb", {"region_fit": "warm"}),
+    "turbo-bkb-refit0": ("turbo-bkb", {"refit_growth": 0.0}),
     "turbo-bkb-fit300": ("turbo-bkb", {"fit_subset_size": 300}),
     "turbo-bkb-fit600": ("turbo-bkb", {"fit_subset_size": 600}),
     "turbo-bkb-fit1000": ("turbo-bkb", {"fit_subset_size": 1000}),

@@ -383,7 +383,10 @@ from botorch_sketch.ax.turbo import (  # noqa: E402
     TurboGenerators,
     turbo_generator_kwargs,
 )
-from botorch_sketch.trust_region.candidates import REGION_FIT_TOLERANCE  # noqa: E402
+from botorch_sketch.trust_region.model import (  # noqa: E402
+    REGION_FIT_TOLERANCE,
+    REGION_REFIT_GROWTH,
+)
 
 _RECIPES["turbo-bkb"] = StrategyRecipe(
     name="turbo-bkb",
@@ -391,7 +394,12 @@ _RECIPES["turbo-bkb"] = StrategyRecipe(
     summary="trust region around the incumbent (TuRBO-1, Eriksson et al., NeurIPS "
     "2019) on NystromGP, batches by Thompson sampling",
     generator_kwargs=partial(turbo_generator_kwargs, model_keys=tuple(_SKETCH_OPTIONS)),
-    options={**_SKETCH_OPTIONS, "fit_tolerance": REGION_FIT_TOLERANCE, **TURBO_OPTIONS},
+    options={
+        **_SKETCH_OPTIONS,
+        "fit_tolerance": REGION_FIT_TOLERANCE,
+        "refit_growth": REGION_REFIT_GROWTH,
+        **TURBO_OPTIONS,
+    },
     single_objective=True,
 )
 #: Strategies whose model-based node runs their own generator.

@@ -9,12 +9,17 @@ NeurIPS 2019) with the sketched GP as the region's model
 2. **gen**: the observations that arrived since the last call are the last
    batch (or, when the previous call had no model, the rest of the region's
    design, which sets the incumbent and counts neither way). A ``NystromGP``
-   is fitted on the current region's data: from its initial hyperparameters at
-   every call (``region_fit="cold"``, TuRBO's
-   choice), or warm-started from the previous call's sketch and refitted on
-   :class:`~botorch_sketch.models.NystromGP`'s schedule (``"warm"``: cheaper, but
-   a region shrinks onto structure the previous hyperparameters do not describe,
-   and a warm chain keeps them); the batch is a success when its best value
+   is fitted on the current region's data (``region_fit="cold"``): from its
+   initial hyperparameters, as TuRBO, whenever the region's data grew by
+   ``refit_growth`` (:data:`~botorch_sketch.trust_region.REGION_REFIT_GROWTH`)
+   since the last fit; in between, the last fit's hyperparameters are kept and
+   only the posterior takes the new points (TuRBO refits at every batch, which
+   with small batches makes the fit the strategy's main cost while a few new
+   points among hundreds barely move the fitted values; ``refit_growth=0``
+   refits at every call). With ``"warm"`` the refits start from the previous
+   values (:class:`~botorch_sketch.models.NystromGP`'s schedule: cheaper, but a
+   region shrinks onto structure the previous hyperparameters do not describe,
+   and a warm chain keeps them). The batch is a success when its best value
    beats the best value of the region's earlier points by
    ``improvement_tolerance`` relative (``incumbent="observed"``: observed
    values, as TuRBO; ``"mean"``: posterior means of the same model, which a
@@ -54,12 +59,17 @@ point, and projecting measured worse there (``mixed10`` in
 at 1,000 evaluations in batches of 50; the relaxed one-hot points are
 farther from the data, so their samples explore other levels more).
 
+**Unordered choice parameters** reach the model as one-hot columns (Ax's
+``OneHot`` transform); each group of columns shares one lengthscale in the
+region's kernel (:func:`~botorch_sketch.trust_region.region_covar_module`).
+
 **Pending points** (trials running) are hallucinated at the posterior mean
 (kriging believer, ``NystromGP.condition_on_observations``), so Thompson samples
 do not pile onto them.
 
 **State.** The region state, the index where the region's data start, the
-number of observations seen and (``region_fit="warm"``) the sketch state are the
+number of observations seen and the sketch state (the last fit's
+hyperparameters; none with ``region_fit="cold"`` and ``refit_growth=0``) are the
 generator's ``_get_state()``: Ax stores them in ``generator_state_after_gen``
 (also in JSON) and passes them back to the next generator, so a reloaded run
 continues with the same arms. Each call's random draws are seeded from ``seed``
@@ -91,6 +101,7 @@ from torch.quasirandom import SobolEngine
 from botorch_sketch.ax.encoding import discrete_columns
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.trust_region import (
+    REGION_REFIT_GROWTH,
     THOMPSON_SAMPLERS,
     DiscreteColumns,
     TrustRegionState,
@@ -150,9 +161,9 @@ class TurboGenerator(TorchGenerator):
             failure_tolerance, improvement_tolerance: As
             :class:`~botorch_sketch.trust_region.TrustRegionState`.
         num_candidates: Thompson-sampling candidates per batch (``None``:
-            ``min(5000, max(2000, 200 d))``, ``d`` the model space's width: a
-            one-hot encoded categorical counts one column per value; counting
-            it once gave fewer candidates and worse optima on a mixed space).
+            ``min(5000, max(2000, 200 d))``, ``d`` the number of parameters: a
+            one-hot encoded categorical counts once, as in TuRBO's rule for the
+            search space's dimension).
         thompson: ``"joint"`` (samples of the joint posterior over the
             candidates) or ``"embedding"`` (``O(A m)``, independent Nyström
             residual), see :func:`~botorch_sketch.trust_region.generate_batch`.
@@ -238,6 +249,7 @@ class TurboGenerator(TorchGenerator):
         self._Y: Tensor | None = None
         self._sign = 1.0
         self._discrete = DiscreteColumns()
+        self._one_hot: tuple[tuple[int, ...], ...] = ()
 
     # ------------------------------------------------------------------ Ax API
     def fit(
@@ -262,6 +274,7 @@ class TurboGenerator(TorchGenerator):
         )
         all_discrete = discrete.num_columns() == len(search_space_digest.bounds)
         self._discrete = discrete if all_discrete else DiscreteColumns()
+        self._one_hot = discrete.one_hot
         self.surrogate = RegionData(training_data=list(datasets))
         self._X = self._Y = None
 
@@ -298,10 +311,15 @@ class TurboGenerator(TorchGenerator):
         feasible = self._feasibility(torch_opt_config)
         region_X, region_Y = X[start:], Y[start:]
         warm = self.region_fit == "warm"
+        growth = float(self.model_options.get("refit_growth", REGION_REFIT_GROWTH))
+        keep = not warm and hyperparameters_kept(sketch, region_X.shape[0], growth)
+        # A kept fit is the warm start without its drift check (module docstring).
+        kept = {"refit_growth": growth, "refit_tolerance": None} if keep else {}
         if region_X.shape[0] >= min_region_points(d):
             model = fit_region_model(
-                region_X, region_Y, warm_start=sketch if warm else None,
-                **{"seed": self.seed, **self.model_options},
+                region_X, region_Y, warm_start=sketch if warm or keep else None,
+                one_hot=self._one_hot,
+                **{"seed": self.seed, **self.model_options, **kept},
             )  # fmt: skip
             state = self._update(
                 state, model, region_X, region_Y, seen - start, min_region_points(d)
@@ -311,13 +329,17 @@ class TurboGenerator(TorchGenerator):
                 state, start, sketch = restart_state(state), num_obs, None
                 self.surrogate.model = None
             else:
-                sketch = model.sketch_state().to_dict() if warm else None
+                kept_later = warm or growth > 0
+                sketch = model.sketch_state().to_dict() if kept_later else None
                 self.surrogate.model = model
                 info["dictionary_size"] = model.dictionary_size
+                info["fitted"] = not keep
         points = X.new_zeros(0, d)
         if self.surrogate.model is not None and start < num_obs:
             model = self._hallucinate(self.surrogate.model, torch_opt_config)
-            num = self.num_candidates or default_num_candidates(d)
+            num = self.num_candidates or default_num_candidates(
+                DiscreteColumns(one_hot=self._one_hot).num_parameters(d)
+            )
             info["num_candidates"] = num
             points = generate_batch(
                 model, state, X[start:], q, num_candidates=num,
@@ -482,6 +504,13 @@ class RegionData:
 
     training_data: list[SupervisedDataset] = field(default_factory=list)
     model: NystromGP | None = None
+
+
+def hyperparameters_kept(sketch: dict[str, Any] | None, n: int, growth: float) -> bool:
+    r"""Whether a cold region keeps the hyperparameters of its last fit (in
+    ``sketch``, a ``SketchState`` dict; ``None``: no fit yet) at ``n`` points:
+    while ``n < (1 + growth) num_fit_points``."""
+    return sketch is not None and n < (1.0 + growth) * int(sketch["num_fit_points"])
 
 
 def min_region_points(dim: int) -> int:

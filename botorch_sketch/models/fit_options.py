@@ -49,7 +49,9 @@ class NystromFitOptions:
         refit_growth: With a warm start, refit once the data grew by this
             fraction since the last fit.
         refit_tolerance: With a warm start, refit when the per-point negative
-            log marginal likelihood rose by more than this many nats.
+            log marginal likelihood rose by more than this many nats (``None``:
+            no such check, the warm hyperparameters are kept until the data
+            grew by ``refit_growth``).
         refit_max_iterations: L-BFGS-B iterations of a scheduled refit (of each
             of its starts; ``None``: unbounded).
         fit_max_iterations: L-BFGS-B iterations of a fit from the current
@@ -69,7 +71,7 @@ class NystromFitOptions:
     objective: str = "exact"
     dictionary_refits: int = 1
     refit_growth: float = 0.25
-    refit_tolerance: float = 0.05
+    refit_tolerance: float | None = 0.05
     refit_max_iterations: int | None = 50
     fit_max_iterations: int | None = None
     fit_tolerance: float | None = None
@@ -83,11 +85,12 @@ class NystromFitOptions:
             )
         check_bool_free_int(self.dictionary_refits, "dictionary_refits", minimum=0)
         check_nonnegative_number(self.refit_growth, "refit_growth")
-        check_nonnegative_number(self.refit_tolerance, "refit_tolerance")
         optional_positive_int(self.refit_max_iterations, "refit_max_iterations")
         optional_positive_int(self.fit_max_iterations, "fit_max_iterations")
         object.__setattr__(self, "refit_growth", float(self.refit_growth))
-        object.__setattr__(self, "refit_tolerance", float(self.refit_tolerance))
+        if self.refit_tolerance is not None:
+            check_nonnegative_number(self.refit_tolerance, "refit_tolerance")
+            object.__setattr__(self, "refit_tolerance", float(self.refit_tolerance))
         tol = self.fit_tolerance
         if tol is not None:
             check_nonnegative_number(tol, "fit_tolerance")

@@ -166,7 +166,7 @@ class NystromGP(
         exact_max_n: int = DEFAULT_EXACT_MAX_N,
         warm_start: SketchState | dict[str, Any] | None = None,
         refit_growth: float = FIT_OPTION_DEFAULTS["refit_growth"],
-        refit_tolerance: float = FIT_OPTION_DEFAULTS["refit_tolerance"],
+        refit_tolerance: float | None = FIT_OPTION_DEFAULTS["refit_tolerance"],
         refit_max_iterations: int = FIT_OPTION_DEFAULTS["refit_max_iterations"],
         fit_max_iterations: int | None = FIT_OPTION_DEFAULTS["fit_max_iterations"],
         fit_tolerance: float | None = FIT_OPTION_DEFAULTS["fit_tolerance"],

@@ -208,17 +208,20 @@ def refit_due(model: FittableSketch, state: SketchState) -> RefitDecision:
     Due when ``n >= (1 + refit_growth) num_fit_points`` (cause ``"growth"``), or
     when the per-point loss of the current fit subsample at the warm
     hyperparameters exceeds ``state.fit_loss`` by more than ``refit_tolerance``
-    (cause ``"drift"``; needs the exact objective). The drift check costs one
-    ``O(s^3)`` loss evaluation.
+    (cause ``"drift"``; needs the exact objective, and none with
+    ``refit_tolerance=None``). The drift check costs one ``O(s^3)`` loss
+    evaluation.
     """
     n = model.num_training_points
     if n >= (1.0 + model.fit_options.refit_growth) * max(state.num_fit_points, 1):
         return RefitDecision(
             "growth", f"data grew from {state.num_fit_points} to {n} points"
         )
-    if model.fit_options.objective == "exact" and math.isfinite(state.fit_loss):
+    tolerance = model.fit_options.refit_tolerance
+    checked = tolerance is not None and model.fit_options.objective == "exact"
+    if checked and math.isfinite(state.fit_loss):
         loss = subsample_loss(model)
-        if loss > state.fit_loss + model.fit_options.refit_tolerance:
+        if loss > state.fit_loss + tolerance:
             return RefitDecision(
                 "drift", f"likelihood drifted ({state.fit_loss:.4f} -> {loss:.4f})"
             )

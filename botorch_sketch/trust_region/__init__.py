@@ -2,20 +2,25 @@ r"""Trust-region Bayesian optimisation (TuRBO-1) on the sketched GP.
 
 The region's state machine (:mod:`~botorch_sketch.trust_region.state`) and its
 candidates by Thompson sampling of a ``NystromGP``'s posterior
-(:mod:`~botorch_sketch.trust_region.candidates`), projected onto a mixed space's
+(:mod:`~botorch_sketch.trust_region.candidates`) of the region's model
+(:mod:`~botorch_sketch.trust_region.model`), projected onto a mixed space's
 integer and one-hot columns (:mod:`~botorch_sketch.trust_region.discrete`).
 """
 
 from botorch_sketch.trust_region.candidates import (
     THOMPSON_SAMPLERS,
     default_num_candidates,
-    fit_region_model,
     generate_batch,
-    incumbent,
     perturbed_candidates,
     region_bounds,
 )
 from botorch_sketch.trust_region.discrete import DiscreteColumns
+from botorch_sketch.trust_region.model import (
+    REGION_REFIT_GROWTH,
+    fit_region_model,
+    incumbent,
+    region_covar_module,
+)
 from botorch_sketch.trust_region.state import (
     TrustRegionState,
     is_improvement,
@@ -24,6 +29,7 @@ from botorch_sketch.trust_region.state import (
 )
 
 __all__ = [
+    "REGION_REFIT_GROWTH",
     "THOMPSON_SAMPLERS",
     "DiscreteColumns",
     "TrustRegionState",
@@ -34,6 +40,7 @@ __all__ = [
     "is_improvement",
     "perturbed_candidates",
     "region_bounds",
+    "region_covar_module",
     "restart_state",
     "update_state",
 ]

@@ -31,59 +31,36 @@ TuRBO-1 (Eriksson et al., NeurIPS 2019, Sec. 3) on the unit cube ``[0, 1]^d``:
     does not fit (a library of many rows); above
     :data:`JOINT_MAX_CANDIDATES` candidates ``"joint"`` falls back to it.
 
-The model is a ``NystromGP`` on the region's data (:func:`fit_region_model`,
-fitted from scratch or warm-started from a previous model's sketch), so its cost
-stays ``O(n m^2)`` instead of the exact GP's ``O(n^3)``. Its hyperparameters are
-fitted, under ``fit_subset_size="device"`` (the default), on the subsample the
-device's fit budget affords without the global model's 1,000-point floor
-(:func:`region_fit_subset_size`: about 570 points on one CPU thread, thousands
-on a GPU): a region is refitted at every call, so its fit, not the sketch,
-sets the strategy's cost at thousands of evaluations. The centre is by default the
-observed point of largest posterior mean (:func:`incumbent`); ``center`` picks
-another row (e.g. the best observation, as TuRBO).
+The model is a ``NystromGP`` on the region's data
+(:mod:`~botorch_sketch.trust_region.model`); the centre is by default the
+observed point of largest posterior mean
+(:func:`~botorch_sketch.trust_region.model.incumbent`); ``center`` picks another
+row (e.g. the best observation, as TuRBO).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
-from botorch.fit import fit_gpytorch_mll
 from botorch.generation import MaxPosteriorSampling
-from botorch.models.utils.gpytorch_modules import (
-    get_covar_module_with_dim_scaled_prior,
-)
-from gpytorch.constraints import GreaterThan
-from gpytorch.kernels import Kernel
-from gpytorch.mlls import ExactMarginalLogLikelihood
 from torch import Tensor
 from torch.quasirandom import SobolEngine
 
 from botorch_sketch.generation.thompson import EmbeddingThompsonSampling
-from botorch_sketch.models.budget import device_facts, device_fit_subset_size
-from botorch_sketch.models.dictionary_policy import LeverageScorePolicy
-from botorch_sketch.models.fit_options import DEFAULT_FIT_SUBSET_SIZE, DEVICE_SUBSET
 from botorch_sketch.models.nystrom import NystromGP
-from botorch_sketch.models.nystrom_inputs import POLICY_OPTION_DEFAULTS
 from botorch_sketch.trust_region.discrete import DiscreteColumns
+from botorch_sketch.trust_region.model import incumbent, lengthscales
 from botorch_sketch.trust_region.state import TrustRegionState
 
 __all__ = [
     "JOINT_MAX_CANDIDATES",
-    "REGION_FIT_TOLERANCE",
-    "REGION_MIN_FIT_SUBSET_SIZE",
     "THOMPSON_SAMPLERS",
     "default_num_candidates",
-    "fit_region_model",
     "generate_batch",
-    "incumbent",
     "perturbed_candidates",
     "region_bounds",
     "region_candidates",
-    "region_covar_module",
-    "region_fit_subset_size",
-    "region_is_exact",
 ]
 
 #: Expected number of perturbed coordinates per candidate (``min(1, 20 / d)``).
@@ -94,168 +71,9 @@ THOMPSON_SAMPLERS = ("joint", "embedding")
 JOINT_MAX_CANDIDATES = 10_000
 
 
-#: Fewest points a region model's hyperparameters are fitted on under
-#: ``fit_subset_size="device"`` (:func:`region_fit_subset_size`).
-REGION_MIN_FIT_SUBSET_SIZE = 300
-
-
-def region_fit_subset_size(X: Tensor) -> int:
-    r"""The region model's fit subsample for ``X`` (``n x d``) under
-    ``fit_subset_size="device"``: the largest the device holding ``X`` affords in
-    the fit's time budget
-    (:func:`~botorch_sketch.models.budget.device_fit_subset_size`), at least
-    ``min(n, REGION_MIN_FIT_SUBSET_SIZE)``. The global model keeps a floor of
-    ``MIN_FIT_SUBSET_SIZE`` (1,000) points; a region, refitted from scratch at
-    every call, takes the budget's own size (one CPU thread: 572)."""
-    return device_fit_subset_size(
-        device_facts(X.device, X.dtype),
-        X.shape[-2],
-        minimum=REGION_MIN_FIT_SUBSET_SIZE,
-    )
-
-
-#: L-BFGS-B ``ftol`` of a region model's fit (``NystromFitOptions.fit_tolerance``):
-#: a region is refitted from scratch at every call, and a tight fit's last
-#: iterations mostly move lengthscales along a flat likelihood (one-hot columns,
-#: coordinates that barely matter). TuRBO's reference code stops after 50 Adam
-#: steps.
-REGION_FIT_TOLERANCE = 1e-7
-
-
-#: Lower bound of the lengthscales of BoTorch's dimension-scaled RBF kernel.
-LENGTHSCALE_LOWER_BOUND = 2.5e-2
-
-
-def region_covar_module(dim: int) -> Kernel:
-    r"""The region model's default kernel: BoTorch's dimension-scaled RBF
-    (``get_covar_module_with_dim_scaled_prior``, the kernel of ``SingleTaskGP``
-    and ``NystromGP``; Hvarfner et al., ICML 2024), with its ``d`` lengthscales
-    optimised in log space.
-
-    BoTorch's kernel lets L-BFGS-B move the lengthscales ``l`` themselves
-    (``l >= 0.025`` as a box bound). The gradient of the marginal likelihood in
-    ``l`` falls like ``l^{-3}``, so a lengthscale that grows large (a
-    coordinate that barely matters, such as a one-hot column of a categorical
-    parameter, whose two values tell little about it) makes the problem
-    ill-conditioned: a region's cold fit then takes 1,000+ L-BFGS-B iterations.
-    Here ``l = 0.025 + exp(r)`` and ``r`` is optimised: the same kernel, prior
-    (on ``l``), initial values and MAP objective, hence the same optima, reached
-    in fewer iterations where a lengthscale is large. Where the likelihood has
-    several optima the path can end in another one.
-
-    Args:
-        dim: Input dimension ``d``.
-
-    Returns:
-        An ``RBFKernel`` with ``d`` ARD lengthscales at the prior's mode.
-    """
-    kernel = get_covar_module_with_dim_scaled_prior(ard_num_dims=dim)
-    initial = kernel.lengthscale.detach().clone()
-    kernel.register_constraint(
-        "raw_lengthscale",
-        GreaterThan(
-            LENGTHSCALE_LOWER_BOUND, transform=torch.exp, inv_transform=torch.log
-        ),
-    )
-    kernel.lengthscale = initial
-    return kernel
-
-
-def region_is_exact(X: Tensor) -> bool:
-    r"""Whether the region model on ``X`` (``n x d``) uses every point (the exact
-    GP) under the ``"device"`` dictionary budget: where the device affords the
-    exact posterior
-    (:meth:`~botorch_sketch.models.dictionary_policy.LeverageScorePolicy.affords_exact`;
-    one CPU thread: up to about 2,900 points at ``d = 10``).
-
-    A region's model is rebuilt at every call and its posterior sampled once
-    jointly over the candidates, so there the sketch saves nothing the exact
-    posterior would cost; and on a short-lengthscale, noisy objective an
-    uncapped leverage-score draw of a few hundred points can miss structure
-    that TuRBO's exact GP keeps. :func:`fit_region_model` therefore gives its
-    model a policy with ``exact_when_affordable=True``. The global models keep
-    the default rule (exact up to ``exact_max_n``, or where a capped draw misses
-    its accuracy criterion), since an acquisition function evaluates their
-    posterior thousands of times.
-    """
-    return LeverageScorePolicy().affords_exact(X)
-
-
 def default_num_candidates(dim: int) -> int:
     r"""TuRBO's candidate count, ``min(5000, max(2000, 200 d))``."""
     return min(5000, max(2000, 200 * dim))
-
-
-def fit_region_model(
-    X: Tensor,
-    Y: Tensor,
-    warm_start: Any = None,
-    seed: int | None = None,
-    **model_options: Any,
-) -> NystromGP:
-    r"""A fitted ``NystromGP`` on the region's data.
-
-    Args:
-        X: ``n x d`` inputs in the unit cube.
-        Y: ``n x 1`` values (to maximise).
-        warm_start: A previous model's ``sketch_state()`` (or its dict) on a
-            prefix of the same data; ``None``: fitted from scratch.
-        seed: The model's seed.
-        **model_options: Further ``NystromGP`` options (``q_bar``,
-            ``max_dictionary_size``, ...). ``fit_subset_size="device"`` (also
-            the default) is resolved by :func:`region_fit_subset_size`;
-            ``fit_tolerance`` defaults to :data:`REGION_FIT_TOLERANCE`; the
-            default ``covar_module`` is :func:`region_covar_module`; without a
-            ``dictionary`` or ``dictionary_policy``, the policy is a
-            ``LeverageScorePolicy`` of the flat options with
-            ``exact_when_affordable=True`` (every point where
-            :func:`region_is_exact`).
-
-    Returns:
-        The fitted model (hyperparameters and dictionary).
-    """
-    model_options = {"fit_tolerance": REGION_FIT_TOLERANCE, **model_options}
-    subset = model_options.get("fit_subset_size", DEFAULT_FIT_SUBSET_SIZE)
-    if subset == DEVICE_SUBSET:
-        model_options = {**model_options, "fit_subset_size": region_fit_subset_size(X)}
-    if model_options.get("covar_module") is None:
-        model_options = {
-            **model_options,
-            "covar_module": region_covar_module(X.shape[-1]).to(X),
-        }
-    if (
-        model_options.get("dictionary") is None
-        and model_options.get("dictionary_policy") is None
-    ):
-        flat = {k: v for k, v in model_options.items() if k in POLICY_OPTION_DEFAULTS}
-        model_options = {k: v for k, v in model_options.items() if k not in flat}
-        model_options["dictionary_policy"] = LeverageScorePolicy(
-            **flat, seed=seed, exact_when_affordable=True
-        )
-    else:
-        model_options = {**model_options, "seed": seed}
-    model = NystromGP(X, Y, warm_start=warm_start, **model_options)
-    fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
-    return model
-
-
-def incumbent(model: NystromGP, X: Tensor) -> tuple[int, float]:
-    r"""Index and posterior mean of the row of ``X`` (``n x d``) of largest
-    posterior mean (single-output model, maximisation)."""
-    if X.dim() != 2 or X.shape[0] == 0:
-        raise ValueError(f"X must be a non-empty n x d tensor, got {tuple(X.shape)}.")
-    with torch.no_grad():
-        mean = model.posterior_mean(X).reshape(-1)
-    index = int(mean.argmax())
-    return index, float(mean[index])
-
-
-def lengthscales(model: NystromGP) -> Tensor:
-    r"""The model's ARD lengthscales as a ``d`` vector (one shared value repeated)."""
-    kernel = model.covar_module
-    kernel = getattr(kernel, "base_kernel", kernel)
-    ls = kernel.lengthscale.detach().reshape(-1)
-    return ls.expand(model.input_dim) if ls.numel() == 1 else ls
 
 
 def region_bounds(center: Tensor, lengthscales: Tensor, length: float) -> Tensor:

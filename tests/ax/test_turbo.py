@@ -56,6 +56,7 @@ def test_registered_with_its_options():
         ({"batch_size": 0}, "batch_size must be a positive int"),
         ({"num_candidates": 0}, "num_candidates"),
         ({"region_fit": "lukewarm"}, "region_fit must be one of"),
+        ({"refit_growth": -0.1}, "refit_growth"),
     ],
 )
 def test_bad_options_fail_in_get_generation_strategy(options, message):
@@ -117,8 +118,8 @@ def test_batch_size_caps_the_batch_and_integers_are_integers():
 
 def test_categoricals_are_one_column_per_value_and_arms_are_levels():
     # 1 float and 2 six-level categoricals: 13 one-hot model columns, so the
-    # design is 2 d = 26 points and 200 d = 2,600 candidates (counting each
-    # categorical once, 2,000, found worse optima on the mixed10 benchmark).
+    # region's design is 2 d = 26 points; each group of 6 columns shares one
+    # lengthscale in the region's kernel.
     levels = [str(i) for i in range(6)]
     client = Client(random_seed=0)
     client.configure_experiment(
@@ -139,9 +140,13 @@ def test_categoricals_are_one_column_per_value_and_arms_are_levels():
             assert p["a"] in levels and p["b"] in levels
             value = (p["x"] - 0.3) ** 2 + (p["a"] != "2") + (p["b"] != "4")
             client.complete_trial(index, raw_data={"f": value})
-    assert last_metadata(client)["num_candidates"] == default_num_candidates(13)
+    # TuRBO's 200 d candidates count a categorical parameter once: d = 3.
+    assert last_metadata(client)["num_candidates"] == default_num_candidates(3)
     run = client._generation_strategy._generator_runs[-1]
     assert run._generator_state_after_gen["region_state"]["trust_region"]["dim"] == 13
+    hyper = run._generator_state_after_gen["region_state"]["sketch_state"]
+    raw = [k for k in hyper["hyperparameters"] if k.endswith("raw_lengthscale")]
+    assert len(raw) == 3  # the float's factor and one per categorical
 
 
 def test_region_batches_on_a_discrete_space_are_new_configurations():
@@ -248,13 +253,18 @@ def test_the_first_region_starts_at_length_init():
     assert region["length"] == 0.4 == last_metadata(client)["length"]
 
 
-@pytest.mark.parametrize("region_fit", ["cold", "warm"])
-def test_json_save_load_mid_run_continues_with_the_same_arms(tmp_path, region_fit):
+@pytest.mark.parametrize(
+    "region_fit, refit_growth", [("cold", 0.0), ("cold", 0.3), ("warm", 0.3)]
+)
+def test_json_save_load_mid_run_continues_with_the_same_arms(
+    tmp_path, region_fit, refit_growth
+):
     options = {
         "initialization_budget": 4,
         "length_min": 0.5,
         "num_candidates": 300,
         "region_fit": region_fit,
+        "refit_growth": refit_growth,
     }
     uninterrupted = make_client("turbo-bkb", **options)
     run_trials(uninterrupted, "branin", total=4, json_exact=True)
@@ -271,12 +281,50 @@ def test_json_save_load_mid_run_continues_with_the_same_arms(tmp_path, region_fi
     assert len(arms_of(loaded)) == 4 + 6 * 6
     assert arms_of(loaded) == arms_of(uninterrupted)
     assert last_metadata(loaded) == last_metadata(uninterrupted)
-    # Only a warm region carries its model's sketch from call to call.
+    # A region whose fits can be kept carries its model's sketch along.
     runs = [
         gr for gr in loaded._generation_strategy._generator_runs if gr._generator_key
     ]
     region = runs[-1]._generator_state_after_gen["region_state"]
-    assert (region["sketch_state"] is not None) == (region_fit == "warm")
+    assert (region["sketch_state"] is not None) == (refit_growth > 0)
+
+
+def region_runs(client: Client) -> list:
+    runs = client._generation_strategy._generator_runs
+    return [gr for gr in runs if "region_state" in gr._generator_state_after_gen]
+
+
+def test_cold_region_refits_once_its_data_grew_by_refit_growth():
+    # Batches of 4 from a 12-point region: with refit_growth = 0.5 the
+    # hyperparameters fitted at 12 points are kept (unchanged, posterior updated)
+    # while the region holds fewer than 18, refitted from the initial values at
+    # 20 and kept below 30; with refit_growth = 0 every call fits, as TuRBO.
+    def run(growth: float) -> list[tuple[int, bool, list]]:
+        client = make_client(
+            "turbo-bkb",
+            initialization_budget=12,
+            length_min=0.01,
+            num_candidates=200,
+            refit_growth=growth,
+        )
+        run_trials(client, "branin", total=12)
+        batches(client, 5, size=4)
+        out = []
+        for gr in region_runs(client):
+            state = gr._generator_state_after_gen["region_state"]
+            sketch = state["sketch_state"]
+            raw = None if sketch is None else sketch["hyperparameters"]
+            seen = state["num_seen"] - state["region_start"]
+            out.append((seen, gr.gen_metadata["fitted"], raw))
+        return out
+
+    kept = run(0.5)
+    assert [(seen, fitted) for seen, fitted, _ in kept] == [
+        (12, True), (16, False), (20, True), (24, False), (28, False)
+    ]  # fmt: skip
+    assert kept[1][2] == kept[0][2] and kept[4][2] == kept[3][2] == kept[2][2]
+    assert kept[2][2] != kept[1][2]
+    assert [fitted for _, fitted, _ in run(0.0)] == [True] * 5
 
 
 def test_pending_trials_get_new_points():

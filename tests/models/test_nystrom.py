@@ -689,19 +689,26 @@ class TestNystromGPBudget(BotorchTestCase):
             for k, v in state.hyperparameters.items()
         )
         self.assertTrue(changed)
+
         # Drift: the same inputs with targets of another scale and shape.
-        drifted = fitted(
-            NystromGP(
-                X[:176],
-                5 * torch.cos(3 * Y[:176]),
-                seed=0,
-                exact_max_n=0,
-                max_dictionary_size=60,
-                outcome_transform=None,
-                warm_start=state,
+        def drifted_fit(**options):
+            return fitted(
+                NystromGP(
+                    X[:176],
+                    5 * torch.cos(3 * Y[:176]),
+                    seed=0,
+                    exact_max_n=0,
+                    max_dictionary_size=60,
+                    outcome_transform=None,
+                    warm_start=state,
+                    **options,
+                )
             )
-        )
-        self.assertEqual(drifted.sketch_state().num_fit_points, 176)
+
+        self.assertEqual(drifted_fit().sketch_state().num_fit_points, 176)
+        # refit_tolerance=None: no drift check, the warm fit is kept.
+        unchecked = drifted_fit(refit_tolerance=None)
+        self.assertEqual(unchecked.sketch_state().num_fit_points, 160)
 
     def test_repeated_drift_refit_keeps_the_better_of_warm_and_cold_starts(self):
         """A drift-triggered refit right after another also fits from the
