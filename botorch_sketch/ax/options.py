@@ -161,7 +161,7 @@ VALIDATORS: dict[str, Validator] = {
     "num_candidates": _optional(_positive_int),
     "thompson": _one_of("joint", "embedding"),
     "incumbent": _one_of("mean", "observed"),
-    "region_fit": _one_of("cold", "warm"),
+    "region_fit": _one_of("cold", "periodic", "warm"),
 }
 
 

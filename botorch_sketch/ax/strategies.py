@@ -383,10 +383,7 @@ from botorch_sketch.ax.turbo import (  # noqa: E402
     TurboGenerators,
     turbo_generator_kwargs,
 )
-from botorch_sketch.trust_region.model import (  # noqa: E402
-    REGION_FIT_TOLERANCE,
-    REGION_REFIT_GROWTH,
-)
+from botorch_sketch.trust_region.model import REGION_FIT_TOLERANCE  # noqa: E402
 
 _RECIPES["turbo-bkb"] = StrategyRecipe(
     name="turbo-bkb",
@@ -397,7 +394,6 @@ _RECIPES["turbo-bkb"] = StrategyRecipe(
     options={
         **_SKETCH_OPTIONS,
         "fit_tolerance": REGION_FIT_TOLERANCE,
-        "refit_growth": REGION_REFIT_GROWTH,
         **TURBO_OPTIONS,
     },
     single_objective=True,

@@ -9,19 +9,18 @@ NeurIPS 2019) with the sketched GP as the region's model
 2. **gen**: the observations that arrived since the last call are the last
    batch (or, when the previous call had no model, the rest of the region's
    design, which sets the incumbent and counts neither way). A ``NystromGP``
-   is fitted on the current region's data (``region_fit="cold"``): from its
-   initial hyperparameters, as TuRBO, whenever the region's data grew by
-   ``refit_growth`` (:data:`~botorch_sketch.trust_region.REGION_REFIT_GROWTH`)
-   since the last fit; in between, the last fit's hyperparameters are kept and
-   only the posterior takes the new points (TuRBO refits at every batch, which
-   with small batches makes the fit the strategy's main cost while a few new
-   points among hundreds barely move the fitted values; ``refit_growth=0``
-   refits at every call). With ``"warm"`` the refits start from the previous
-   values (:class:`~botorch_sketch.models.NystromGP`'s schedule: cheaper, but a
-   region shrinks onto structure the previous hyperparameters do not describe,
-   and a warm chain keeps them). The batch is a success when its best value
-   beats the best value of the region's earlier points by
-   ``improvement_tolerance`` relative (``incumbent="observed"``: observed
+   is fitted on the current region's data: from its initial hyperparameters at
+   every call (``region_fit="cold"``, TuRBO's choice); with ``"periodic"``, from
+   its initial hyperparameters whenever the region's data grew by the fraction
+   ``refit_growth`` since the last fit, the last fit's hyperparameters kept in
+   between and only the posterior taking the new points (with small batches
+   the fit is the strategy's main cost; ``benchmarks/results/large_budget.md``
+   has what ``refit_growth=0.1`` saves and costs); with ``"warm"``, refitted
+   from the previous values (:class:`~botorch_sketch.models.NystromGP`'s
+   schedule: cheaper, but a region shrinks onto structure the previous
+   hyperparameters do not describe, and a warm chain keeps them). The batch is
+   a success when its best value beats the best value of the region's earlier
+   points by ``improvement_tolerance`` relative (``incumbent="observed"``: observed
    values, as TuRBO; ``"mean"``: posterior means of the same model, which a
    lucky noisy draw cannot inflate but which smooth a rugged function's
    improvements away and centre the region off its best point), and
@@ -69,7 +68,7 @@ do not pile onto them.
 
 **State.** The region state, the index where the region's data start, the
 number of observations seen and the sketch state (the last fit's
-hyperparameters; none with ``region_fit="cold"`` and ``refit_growth=0``) are the
+hyperparameters; none with ``region_fit="cold"``) are the
 generator's ``_get_state()``: Ax stores them in ``generator_state_after_gen``
 (also in JSON) and passes them back to the next generator, so a reloaded run
 continues with the same arms. Each call's random draws are seeded from ``seed``
@@ -100,8 +99,8 @@ from torch.quasirandom import SobolEngine
 
 from botorch_sketch.ax.encoding import discrete_columns
 from botorch_sketch.models.nystrom import NystromGP
+from botorch_sketch.models.nystrom_inputs import FIT_OPTION_DEFAULTS
 from botorch_sketch.trust_region import (
-    REGION_REFIT_GROWTH,
     THOMPSON_SAMPLERS,
     DiscreteColumns,
     TrustRegionState,
@@ -148,7 +147,7 @@ TURBO_OPTIONS: dict[str, Any] = {
 INCUMBENTS = ("mean", "observed")
 
 #: How the region's model is fitted at each call (module docstring, step 2).
-REGION_FITS = ("cold", "warm")
+REGION_FITS = ("cold", "periodic", "warm")
 
 
 class TurboGenerator(TorchGenerator):
@@ -173,8 +172,11 @@ class TurboGenerator(TorchGenerator):
             noise that is large against the function's differences, module
             docstring).
         region_fit: ``"cold"`` (the region's model fitted from its initial
-            hyperparameters at every call, as TuRBO-1) or ``"warm"`` (from the
-            previous call's sketch state, refitted on ``NystromGP``'s schedule).
+            hyperparameters at every call, as TuRBO-1), ``"periodic"`` (fitted
+            so once the region's data grew by the model option
+            ``refit_growth``, the hyperparameters kept in between) or
+            ``"warm"`` (from the previous call's sketch state, refitted on
+            ``NystromGP``'s schedule).
         seed: Base seed of every draw.
         surrogate_spec: One ``NystromGP`` ``ModelConfig`` whose ``model_options``
             (``q_bar``, ``max_dictionary_size``, ...) build the region's model.
@@ -311,8 +313,11 @@ class TurboGenerator(TorchGenerator):
         feasible = self._feasibility(torch_opt_config)
         region_X, region_Y = X[start:], Y[start:]
         warm = self.region_fit == "warm"
-        growth = float(self.model_options.get("refit_growth", REGION_REFIT_GROWTH))
-        keep = not warm and hyperparameters_kept(sketch, region_X.shape[0], growth)
+        periodic = self.region_fit == "periodic"
+        growth = float(
+            self.model_options.get("refit_growth", FIT_OPTION_DEFAULTS["refit_growth"])
+        )
+        keep = periodic and hyperparameters_kept(sketch, region_X.shape[0], growth)
         # A kept fit is the warm start without its drift check (module docstring).
         kept = {"refit_growth": growth, "refit_tolerance": None} if keep else {}
         if region_X.shape[0] >= min_region_points(d):
@@ -329,8 +334,7 @@ class TurboGenerator(TorchGenerator):
                 state, start, sketch = restart_state(state), num_obs, None
                 self.surrogate.model = None
             else:
-                kept_later = warm or growth > 0
-                sketch = model.sketch_state().to_dict() if kept_later else None
+                sketch = model.sketch_state().to_dict() if warm or periodic else None
                 self.surrogate.model = model
                 info["dictionary_size"] = model.dictionary_size
                 info["fitted"] = not keep
@@ -507,7 +511,7 @@ class RegionData:
 
 
 def hyperparameters_kept(sketch: dict[str, Any] | None, n: int, growth: float) -> bool:
-    r"""Whether a cold region keeps the hyperparameters of its last fit (in
+    r"""Whether a periodic region keeps the hyperparameters of its last fit (in
     ``sketch``, a ``SketchState`` dict; ``None``: no fit yet) at ``n`` points:
     while ``n < (1 + growth) num_fit_points``."""
     return sketch is not None and n < (1.0 + growth) * int(sketch["num_fit_points"])

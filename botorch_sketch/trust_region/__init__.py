@@ -16,7 +16,6 @@ from botorch_sketch.trust_region.candidates import (
 )
 from botorch_sketch.trust_region.discrete import DiscreteColumns
 from botorch_sketch.trust_region.model import (
-    REGION_REFIT_GROWTH,
     fit_region_model,
     incumbent,
     region_covar_module,
@@ -29,7 +28,6 @@ from botorch_sketch.trust_region.state import (
 )
 
 __all__ = [
-    "REGION_REFIT_GROWTH",
     "THOMPSON_SAMPLERS",
     "DiscreteColumns",
     "TrustRegionState",

@@ -42,7 +42,6 @@ __all__ = [
     "LENGTHSCALE_LOWER_BOUND",
     "REGION_FIT_TOLERANCE",
     "REGION_MIN_FIT_SUBSET_SIZE",
-    "REGION_REFIT_GROWTH",
     "fit_region_model",
     "incumbent",
     "lengthscales",
@@ -78,14 +77,6 @@ def region_fit_subset_size(X: Tensor) -> int:
 #: coordinates that barely matter). TuRBO's reference code stops after 50 Adam
 #: steps.
 REGION_FIT_TOLERANCE = 1e-7
-
-
-#: ``refit_growth`` of a cold region model: its hyperparameters are fitted again
-#: once the region's data grew by this fraction since their fit, and kept (with
-#: the posterior updated on the new points) until then
-#: (:class:`~botorch_sketch.ax.turbo.TurboGenerator`). ``0``: refitted at every
-#: call, as TuRBO-1.
-REGION_REFIT_GROWTH = 0.1
 
 
 #: Lower bound of the lengthscales of BoTorch's dimension-scaled RBF kernel.

@@ -133,7 +133,13 @@ def test_categoricals_are_one_column_per_value_and_arms_are_levels():
     )
     client.configure_optimization(objective="-f")
     client.set_generation_strategy(
-        get_generation_strategy("turbo-bkb", initialization_budget=26, batch_size=13)
+        get_generation_strategy(
+            "turbo-bkb",
+            initialization_budget=26,
+            batch_size=13,
+            region_fit="periodic",
+            refit_growth=0.5,
+        )
     )
     for _ in range(3):  # 26 Sobol points, then the region's first model
         for index, p in get_next_batch(client, max_batch_size=13).items():
@@ -254,7 +260,7 @@ def test_the_first_region_starts_at_length_init():
 
 
 @pytest.mark.parametrize(
-    "region_fit, refit_growth", [("cold", 0.0), ("cold", 0.3), ("warm", 0.3)]
+    "region_fit, refit_growth", [("cold", 0.3), ("periodic", 0.3), ("warm", 0.3)]
 )
 def test_json_save_load_mid_run_continues_with_the_same_arms(
     tmp_path, region_fit, refit_growth
@@ -282,11 +288,8 @@ def test_json_save_load_mid_run_continues_with_the_same_arms(
     assert arms_of(loaded) == arms_of(uninterrupted)
     assert last_metadata(loaded) == last_metadata(uninterrupted)
     # A region whose fits can be kept carries its model's sketch along.
-    runs = [
-        gr for gr in loaded._generation_strategy._generator_runs if gr._generator_key
-    ]
-    region = runs[-1]._generator_state_after_gen["region_state"]
-    assert (region["sketch_state"] is not None) == (refit_growth > 0)
+    region = region_runs(loaded)[-1]._generator_state_after_gen["region_state"]
+    assert (region["sketch_state"] is not None) == (region_fit != "cold")
 
 
 def region_runs(client: Client) -> list:
@@ -294,17 +297,19 @@ def region_runs(client: Client) -> list:
     return [gr for gr in runs if "region_state" in gr._generator_state_after_gen]
 
 
-def test_cold_region_refits_once_its_data_grew_by_refit_growth():
+def test_periodic_region_refits_once_its_data_grew_by_refit_growth():
     # Batches of 4 from a 12-point region: with refit_growth = 0.5 the
     # hyperparameters fitted at 12 points are kept (unchanged, posterior updated)
     # while the region holds fewer than 18, refitted from the initial values at
-    # 20 and kept below 30; with refit_growth = 0 every call fits, as TuRBO.
-    def run(growth: float) -> list[tuple[int, bool, list]]:
+    # 20 and kept below 30; with refit_growth = 0, or a cold region (the
+    # default), every call fits, as TuRBO.
+    def run(growth: float, region_fit: str = "periodic") -> list[tuple]:
         client = make_client(
             "turbo-bkb",
             initialization_budget=12,
             length_min=0.01,
             num_candidates=200,
+            region_fit=region_fit,
             refit_growth=growth,
         )
         run_trials(client, "branin", total=12)
@@ -325,6 +330,7 @@ def test_cold_region_refits_once_its_data_grew_by_refit_growth():
     assert kept[1][2] == kept[0][2] and kept[4][2] == kept[3][2] == kept[2][2]
     assert kept[2][2] != kept[1][2]
     assert [fitted for _, fitted, _ in run(0.0)] == [True] * 5
+    assert [fitted for _, fitted, _ in run(0.5, "cold")] == [True] * 5
 
 
 def test_pending_trials_get_new_points():
