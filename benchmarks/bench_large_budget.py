@@ -86,13 +86,16 @@ batches of ``--batch``):
   its data grew by 10 % since their fit, kept in between; the default
   ``"cold"`` fits at every call, as TuRBO-1).
 - ``turbo-bkb-ard`` (rows only, not runnable; ``mixed10``): ``"turbo-bkb"``
-  before the one-hot columns of a categorical parameter
-  shared one lengthscale and the candidate count counted that parameter once
-  (:func:`botorch_sketch.trust_region.model.region_covar_module`; before, one
-  lengthscale per column and ``200 d`` candidates for ``d`` columns: 3,600
-  instead of 2,000 on ``mixed10``). Every earlier ``turbo-bkb`` row of
-  ``mixed10`` was relabelled so, and its ``turbo-bkb-a2000`` rows
-  ``turbo-bkb-ard-a2000`` (one lengthscale per column, 2,000 candidates).
+  before the one-hot columns of a categorical parameter shared one lengthscale
+  (:func:`botorch_sketch.trust_region.model.region_covar_module`, commit
+  f4cc0ab; before, one lengthscale per column). Every earlier ``turbo-bkb`` row
+  of ``mixed10`` was relabelled so, and its ``turbo-bkb-a2000`` rows
+  ``turbo-bkb-ard-a2000``.
+- ``turbo-bkb-tied-a2000`` (rows only; ``mixed10``): ``"turbo-bkb"`` with one
+  lengthscale per one-hot group and 2,000 candidates (TuRBO's count with a
+  categorical counted once; the default of commits f4cc0ab-625a3f0), the same
+  as ``"turbo-bkb"`` with ``num_candidates=2000``; ``turbo-bkb-tied-a2000-g0.1``
+  also with ``region_fit="periodic"``, ``refit_growth=0.1``.
 - ``bbkb-r5``: ``"bbkb"`` with ``num_restarts=5``.
 - ``bbkb-autograd`` (rows only, not runnable): ``"bbkb"`` before the batch
   UCB's closed-form value and gradient (commit 3816da8; before, autograd through

@@ -16,9 +16,10 @@ Ax search space are read from its digest by
 :func:`botorch_sketch.ax.encoding.discrete_columns`.
 
 A one-hot group of ``k`` columns is one parameter
-(:meth:`DiscreteColumns.num_parameters`): TuRBO's candidate count
-``min(5000, max(2000, 200 d))`` (Eriksson et al., NeurIPS 2019, Sec. 3) takes
-``d`` parameters, not columns (:class:`~botorch_sketch.ax.turbo.TurboGenerator`).
+(:meth:`DiscreteColumns.num_parameters`). The candidate count stays TuRBO's
+``min(5000, max(2000, 200 d))`` (Eriksson et al., NeurIPS 2019, Sec. 3) of the
+model space's width ``d``: counting a group once measured worse on a mixed space
+(:class:`~botorch_sketch.ax.turbo.TurboGenerator`).
 
 :class:`~botorch_sketch.ax.turbo.TurboGenerator` projects only where every column
 is discrete; on spaces with a continuous column the relaxed candidates found
