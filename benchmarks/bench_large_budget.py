@@ -85,12 +85,11 @@ batches of ``--batch``):
   ``refit_growth=0.1`` (the region's hyperparameters fitted from scratch once
   its data grew by 10 % since their fit, kept in between; the default
   ``"cold"`` fits at every call, as TuRBO-1).
-- ``turbo-bkb-ard`` (rows only, not runnable; ``mixed10``): ``"turbo-bkb"``
-  before the one-hot columns of a categorical parameter shared one lengthscale
-  (:func:`botorch_sketch.trust_region.model.region_covar_module`, commit
-  f4cc0ab; before, one lengthscale per column). Every earlier ``turbo-bkb`` row
-  of ``mixed10`` was relabelled so, and its ``turbo-bkb-a2000`` rows
-  ``turbo-bkb-ard-a2000``.
+- ``turbo-bkb-ard``: ``"turbo-bkb"`` with ``one_hot_lengthscales="per_column"``
+  (one lengthscale per one-hot column, the only kernel before commit f4cc0ab;
+  ``mixed10`` is the only problem where it differs). Every earlier
+  ``turbo-bkb`` row of ``mixed10`` was relabelled so, and its
+  ``turbo-bkb-a2000`` rows ``turbo-bkb-ard-a2000``.
 - ``turbo-bkb-tied-a2000`` (rows only; ``mixed10``): ``"turbo-bkb"`` with one
   lengthscale per one-hot group and 2,000 candidates (TuRBO's count with a
   categorical counted once; the default of commits f4cc0ab-625a3f0), the same
@@ -189,6 +188,7 @@ METHODS = (
     "turbo-bkb",
     "turbo-bkb-warm",
     "turbo-bkb-g0.1",
+    "turbo-bkb-ard",
     "turbo-bkb-fit300",
     "turbo-bkb-fit600",
     "turbo-bkb-fit1000",
@@ -217,6 +217,7 @@ METHODS = (
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-warm": ("turbo-bkb", {"region_fit": "warm"}),
     "turbo-bkb-g0.1": ("turbo-bkb", {"region_fit": "periodic", "refit_growth": 0.1}),
+    "turbo-bkb-ard": ("turbo-bkb", {"one_hot_lengthscales": "per_column"}),
     "turbo-bkb-fit300": ("turbo-bkb", {"fit_subset_size": 300}),
     "turbo-bkb-fit600": ("turbo-bkb", {"fit_subset_size": 600}),
     "turbo-bkb-fit1000": ("turbo-bkb", {"fit_subset_size": 1000}),

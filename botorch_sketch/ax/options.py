@@ -162,6 +162,7 @@ VALIDATORS: dict[str, Validator] = {
     "thompson": _one_of("joint", "embedding"),
     "incumbent": _one_of("mean", "observed"),
     "region_fit": _one_of("cold", "periodic", "warm"),
+    "one_hot_lengthscales": _one_of("shared", "per_column"),
 }
 
 

@@ -59,8 +59,9 @@ at 1,000 evaluations in batches of 50; the relaxed one-hot points are
 farther from the data, so their samples explore other levels more).
 
 **Unordered choice parameters** reach the model as one-hot columns (Ax's
-``OneHot`` transform); each group of columns shares one lengthscale in the
-region's kernel (:func:`~botorch_sketch.trust_region.region_covar_module`).
+``OneHot`` transform); by default each group of columns shares one lengthscale
+in the region's kernel (:func:`~botorch_sketch.trust_region.region_covar_module`;
+``one_hot_lengthscales="per_column"``: one per column).
 
 **Pending points** (trials running) are hallucinated at the posterior mean
 (kriging believer, ``NystromGP.condition_on_observations``), so Thompson samples
@@ -140,11 +141,15 @@ TURBO_OPTIONS: dict[str, Any] = {
     "thompson": "joint",
     "incumbent": "observed",
     "region_fit": "cold",
+    "one_hot_lengthscales": "shared",
     "candidate_set": None,
 }
 
 #: How the region's incumbent (centre and success test) is chosen.
 INCUMBENTS = ("mean", "observed")
+
+#: Lengthscales of a categorical parameter's one-hot columns in the region's kernel.
+ONE_HOT_LENGTHSCALES = ("shared", "per_column")
 
 #: How the region's model is fitted at each call (module docstring, step 2).
 REGION_FITS = ("cold", "periodic", "warm")
@@ -179,6 +184,11 @@ class TurboGenerator(TorchGenerator):
             ``refit_growth``, the hyperparameters kept in between) or
             ``"warm"`` (from the previous call's sketch state, refitted on
             ``NystromGP``'s schedule).
+        one_hot_lengthscales: ``"shared"`` (one lengthscale per categorical
+            parameter: every two of its values equally far apart, as BoTorch's
+            ``CategoricalKernel``) or ``"per_column"`` (one per one-hot column,
+            BoTorch's ARD RBF on the encoded space); on a mixed space the two
+            measured level (``benchmarks/results/large_budget.md``).
         seed: Base seed of every draw.
         surrogate_spec: One ``NystromGP`` ``ModelConfig`` whose ``model_options``
             (``q_bar``, ``max_dictionary_size``, ...) build the region's model.
@@ -202,6 +212,7 @@ class TurboGenerator(TorchGenerator):
         thompson: str = "joint",
         incumbent: str = "observed",
         region_fit: str = "cold",
+        one_hot_lengthscales: str = "shared",
         seed: int = 0,
         surrogate_spec: SurrogateSpec | None = None,
         candidate_set: Any = None,
@@ -239,6 +250,12 @@ class TurboGenerator(TorchGenerator):
                 f"region_fit must be one of {REGION_FITS}, got {region_fit!r}."
             )
         self.region_fit = region_fit
+        if one_hot_lengthscales not in ONE_HOT_LENGTHSCALES:
+            raise ValueError(
+                f"one_hot_lengthscales must be one of {ONE_HOT_LENGTHSCALES}, got "
+                f"{one_hot_lengthscales!r}."
+            )
+        self.one_hot_lengthscales = one_hot_lengthscales
         self.seed = int(seed)
         configs = [] if surrogate_spec is None else surrogate_spec.model_configs
         self.model_options = dict(configs[0].model_options) if configs else {}
@@ -278,7 +295,8 @@ class TurboGenerator(TorchGenerator):
         )
         all_discrete = discrete.num_columns() == len(search_space_digest.bounds)
         self._discrete = discrete if all_discrete else DiscreteColumns()
-        self._one_hot = discrete.one_hot
+        shared = self.one_hot_lengthscales == "shared"
+        self._one_hot = discrete.one_hot if shared else ()
         self.surrogate = RegionData(training_data=list(datasets))
         self._X = self._Y = None
 
@@ -567,23 +585,15 @@ def turbo_generator_kwargs(
     go to the region's model.
     """
     settings = {key: opts[key] for key in TURBO_OPTIONS if key != "candidate_set"}
-    batch_size, num_candidates, thompson, best, region_fit = (
-        settings.pop("batch_size"),
-        settings.pop("num_candidates"),
-        settings.pop("thompson"),
-        settings.pop("incumbent"),
-        settings.pop("region_fit"),
-    )
+    own = ("batch_size", "num_candidates", "thompson", "incumbent", "region_fit")
+    own += ("one_hot_lengthscales",)
+    generator = {key: settings.pop(key) for key in own}
     TrustRegionState(dim=1, batch_size=1, **settings)
     model_options = {"seed": opts["seed"]}
     model_options.update({key: opts[key] for key in model_keys if key in opts})
     return {
         **settings,
-        "batch_size": batch_size,
-        "num_candidates": num_candidates,
-        "thompson": thompson,
-        "incumbent": best,
-        "region_fit": region_fit,
+        **generator,
         "candidate_set": opts.get("candidate_set"),
         "surrogate_spec": SurrogateSpec(
             model_configs=[

@@ -57,6 +57,7 @@ def test_registered_with_its_options():
         ({"num_candidates": 0}, "num_candidates"),
         ({"region_fit": "lukewarm"}, "region_fit must be one of"),
         ({"refit_growth": -0.1}, "refit_growth"),
+        ({"one_hot_lengthscales": "tied"}, "one_hot_lengthscales must be one of"),
     ],
 )
 def test_bad_options_fail_in_get_generation_strategy(options, message):
@@ -116,7 +117,8 @@ def test_batch_size_caps_the_batch_and_integers_are_integers():
     assert len(client._experiment.trials) == 4 + 3 * 3
 
 
-def test_categoricals_are_one_column_per_value_and_arms_are_levels():
+@pytest.mark.parametrize("lengthscales, count", [("shared", 3), ("per_column", 1)])
+def test_categoricals_are_one_column_per_value_and_arms_are_levels(lengthscales, count):
     # 1 float and 2 six-level categoricals: 13 one-hot model columns, so the
     # region's design is 2 d = 26 points; each group of 6 columns shares one
     # lengthscale in the region's kernel.
@@ -139,6 +141,7 @@ def test_categoricals_are_one_column_per_value_and_arms_are_levels():
             batch_size=13,
             region_fit="periodic",
             refit_growth=0.5,
+            one_hot_lengthscales=lengthscales,
         )
     )
     for _ in range(3):  # 26 Sobol points, then the region's first model
@@ -153,7 +156,8 @@ def test_categoricals_are_one_column_per_value_and_arms_are_levels():
     assert run._generator_state_after_gen["region_state"]["trust_region"]["dim"] == 13
     hyper = run._generator_state_after_gen["region_state"]["sketch_state"]
     raw = [k for k in hyper["hyperparameters"] if k.endswith("raw_lengthscale")]
-    assert len(raw) == 3  # the float's factor and one per categorical
+    # shared: the float's factor and one per categorical; per_column: one ARD RBF.
+    assert len(raw) == count
 
 
 def test_region_batches_on_a_discrete_space_are_new_configurations():
