@@ -101,6 +101,7 @@ from torch.quasirandom import SobolEngine
 from botorch_sketch.ax.encoding import discrete_columns
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.models.nystrom_inputs import FIT_OPTION_DEFAULTS
+from botorch_sketch.models.validation import check_choice
 from botorch_sketch.trust_region import (
     THOMPSON_SAMPLERS,
     DiscreteColumns,
@@ -234,28 +235,13 @@ class TurboGenerator(TorchGenerator):
                 f"region_state must be a dict, got {type(region_state).__name__}."
             )
         self.batch_size = batch_size
-        if thompson not in THOMPSON_SAMPLERS:
-            raise ValueError(
-                f"thompson must be one of {THOMPSON_SAMPLERS}, got {thompson!r}."
-            )
-        if incumbent not in INCUMBENTS:
-            raise ValueError(
-                f"incumbent must be one of {INCUMBENTS}, got {incumbent!r}."
-            )
         self.num_candidates = num_candidates
-        self.thompson = thompson
-        self.incumbent = incumbent
-        if region_fit not in REGION_FITS:
-            raise ValueError(
-                f"region_fit must be one of {REGION_FITS}, got {region_fit!r}."
-            )
-        self.region_fit = region_fit
-        if one_hot_lengthscales not in ONE_HOT_LENGTHSCALES:
-            raise ValueError(
-                f"one_hot_lengthscales must be one of {ONE_HOT_LENGTHSCALES}, got "
-                f"{one_hot_lengthscales!r}."
-            )
-        self.one_hot_lengthscales = one_hot_lengthscales
+        self.thompson = check_choice(thompson, THOMPSON_SAMPLERS, "thompson")
+        self.incumbent = check_choice(incumbent, INCUMBENTS, "incumbent")
+        self.region_fit = check_choice(region_fit, REGION_FITS, "region_fit")
+        self.one_hot_lengthscales = check_choice(
+            one_hot_lengthscales, ONE_HOT_LENGTHSCALES, "one_hot_lengthscales"
+        )
         self.seed = int(seed)
         configs = [] if surrogate_spec is None else surrogate_spec.model_configs
         self.model_options = dict(configs[0].model_options) if configs else {}
@@ -585,8 +571,14 @@ def turbo_generator_kwargs(
     go to the region's model.
     """
     settings = {key: opts[key] for key in TURBO_OPTIONS if key != "candidate_set"}
-    own = ("batch_size", "num_candidates", "thompson", "incumbent", "region_fit")
-    own += ("one_hot_lengthscales",)
+    own = (
+        "batch_size",
+        "num_candidates",
+        "thompson",
+        "incumbent",
+        "region_fit",
+        "one_hot_lengthscales",
+    )
     generator = {key: settings.pop(key) for key in own}
     TrustRegionState(dim=1, batch_size=1, **settings)
     model_options = {"seed": opts["seed"]}

@@ -158,6 +158,13 @@ def check_fraction(value: float, name: str) -> float:
     return value
 
 
+def check_choice(value: object, choices: tuple, name: str) -> object:
+    r"""``value`` if it is one of ``choices``, else an error naming them."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}.")
+    return value
+
+
 #: Seeds are ints in ``[0, MAX_SEED]``: the range NumPy's ``np.random.seed``
 #: accepts (torch's generators and Sobol take a wider one), so that a seed that
 #: works in one entry point works in every other.
