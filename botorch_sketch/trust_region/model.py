@@ -28,13 +28,14 @@ from botorch.models.utils.gpytorch_modules import (
     get_covar_module_with_dim_scaled_prior,
 )
 from gpytorch.constraints import GreaterThan
-from gpytorch.kernels import Kernel, ProductKernel, RBFKernel
+from gpytorch.kernels import Kernel, RBFKernel
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from torch import Tensor
 
 from botorch_sketch.models.budget import device_facts, device_fit_subset_size
 from botorch_sketch.models.dictionary_policy import LeverageScorePolicy
 from botorch_sketch.models.fit_options import DEFAULT_FIT_SUBSET_SIZE, DEVICE_SUBSET
+from botorch_sketch.models.kernels import GroupedRBFKernel, column_groups_index
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.models.nystrom_inputs import POLICY_OPTION_DEFAULTS
 
@@ -100,18 +101,13 @@ def region_covar_module(dim: int, one_hot: Sequence[Sequence[int]] = ()) -> Kern
     several optima the path can end in another one.
 
     **One-hot groups.** An unordered choice parameter with ``k`` values is ``k``
-    one-hot columns (Ax's ``OneHot`` transform). With one lengthscale per
-    column the kernel learns a separate distance for every value, ``k - 1``
-    hyperparameters more per parameter, each fitted from the few points that
-    take that value. Each group here shares one lengthscale ``l_g``: any two
-    distinct values are ``exp(-1 / l_g^2)`` apart (the squared distance of two
-    one-hot vectors is 2, and the RBF is ``exp(-r^2 / 2)``), the exchangeable
-    categorical kernel, and the region keeps ``l_g`` as the side of every
-    column of the group (:func:`lengthscales`). The kernel is then the product
-    of BoTorch's RBF on the other columns (ARD) and one single-lengthscale RBF
-    per group (gpytorch's ``ProductKernel`` with ``active_dims``); every factor
-    keeps the prior of the ``d``-column kernel, so a space without one-hot
-    columns gets exactly the kernel above.
+    one-hot columns (Ax's ``OneHot`` transform). Each group here shares one
+    lengthscale (:class:`~botorch_sketch.models.kernels.GroupedRBFKernel`, the
+    exchangeable categorical kernel, ``k - 1`` fewer hyperparameters per
+    parameter) and the region keeps it as the side of every column of the group
+    (:func:`lengthscales`). The prior stays the one of the ``d``-column kernel,
+    counted once per lengthscale, so a space without one-hot columns gets
+    exactly the kernel above.
 
     Args:
         dim: Input dimension ``d`` (columns).
@@ -119,38 +115,22 @@ def region_covar_module(dim: int, one_hot: Sequence[Sequence[int]] = ()) -> Kern
             (a group of one column is an ordinary column).
 
     Returns:
-        An ``RBFKernel`` with ``d`` ARD lengthscales at the prior's mode, or
-        their ``ProductKernel`` with the groups' kernels.
+        An ``RBFKernel`` with ``d`` ARD lengthscales at the prior's mode, or a
+        ``GroupedRBFKernel`` with one per free column and one per group.
     """
-    groups = [tuple(int(c) for c in group) for group in one_hot if len(group) > 1]
-    tied = [c for group in groups for c in group]
-    if len(set(tied)) != len(tied) or any(not 0 <= c < dim for c in tied):
-        raise ValueError(
-            f"one-hot groups must be disjoint columns of the {dim}, got {one_hot!r}."
-        )
-    if not groups:
-        return _log_rbf(dim, dim)
-    free = [c for c in range(dim) if c not in set(tied)]
-    factors = [_log_rbf(dim, len(free), free)] if free else []
-    factors += [_log_rbf(dim, None, list(group)) for group in groups]
-    return ProductKernel(*factors)
-
-
-def _log_rbf(
-    prior_dim: int, ard_num_dims: int | None, active_dims: list[int] | None = None
-) -> RBFKernel:
-    r"""BoTorch's dimension-scaled RBF for ``prior_dim`` columns, with
-    ``ard_num_dims`` lengthscales (``None``: one) on ``active_dims`` and
-    log-parametrised lengthscales at the prior's mode."""
-    prior = get_covar_module_with_dim_scaled_prior(prior_dim).lengthscale_prior
-    kernel = RBFKernel(
-        ard_num_dims=ard_num_dims,
-        active_dims=active_dims,
-        lengthscale_prior=prior,
-        lengthscale_constraint=GreaterThan(
+    groups = [tuple(group) for group in one_hot if len(group) > 1]
+    column_groups_index(dim, groups)  # ValueError on overlapping or bad columns
+    prior = get_covar_module_with_dim_scaled_prior(dim).lengthscale_prior
+    options = {
+        "lengthscale_prior": prior,
+        "lengthscale_constraint": GreaterThan(
             LENGTHSCALE_LOWER_BOUND, transform=torch.exp, inv_transform=torch.log
         ),
-    )
+    }
+    if groups:
+        kernel = GroupedRBFKernel(dim, groups, **options)
+    else:
+        kernel = RBFKernel(ard_num_dims=dim, **options)
     kernel.lengthscale = prior.mode
     return kernel
 
@@ -246,10 +226,6 @@ def lengthscales(model: NystromGP) -> Tensor:
     r"""The model's ARD lengthscales as a ``d`` vector (one shared value repeated)."""
     kernel = model.covar_module
     kernel = getattr(kernel, "base_kernel", kernel)
-    if isinstance(kernel, ProductKernel):
-        out = torch.empty(model.input_dim, dtype=torch.float64)
-        for factor in kernel.kernels:
-            out[factor.active_dims] = factor.lengthscale.detach().reshape(-1).to(out)
-        return out
-    ls = kernel.lengthscale.detach().reshape(-1)
+    ls = getattr(kernel, "column_lengthscale", kernel.lengthscale)
+    ls = ls.detach().reshape(-1)
     return ls.expand(model.input_dim) if ls.numel() == 1 else ls

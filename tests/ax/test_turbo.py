@@ -117,7 +117,7 @@ def test_batch_size_caps_the_batch_and_integers_are_integers():
     assert len(client._experiment.trials) == 4 + 3 * 3
 
 
-@pytest.mark.parametrize("lengthscales, count", [("shared", 3), ("per_column", 1)])
+@pytest.mark.parametrize("lengthscales, count", [("shared", 3), ("per_column", 13)])
 def test_categoricals_are_one_column_per_value_and_arms_are_levels(lengthscales, count):
     # 1 float and 2 six-level categoricals: 13 one-hot model columns, so the
     # region's design is 2 d = 26 points; each group of 6 columns shares one
@@ -155,9 +155,11 @@ def test_categoricals_are_one_column_per_value_and_arms_are_levels(lengthscales,
     run = client._generation_strategy._generator_runs[-1]
     assert run._generator_state_after_gen["region_state"]["trust_region"]["dim"] == 13
     hyper = run._generator_state_after_gen["region_state"]["sketch_state"]
-    raw = [k for k in hyper["hyperparameters"] if k.endswith("raw_lengthscale")]
-    # shared: the float's factor and one per categorical; per_column: one ARD RBF.
-    assert len(raw) == count
+    (raw,) = [
+        v for k, v in hyper["hyperparameters"].items() if k.endswith("raw_lengthscale")
+    ]
+    # shared: the float's and one per categorical; per_column: one per column.
+    assert len(raw["values"]) == count
 
 
 def test_region_batches_on_a_discrete_space_are_new_configurations():

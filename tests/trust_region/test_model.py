@@ -7,8 +7,9 @@ import torch
 from botorch.models.utils.gpytorch_modules import (
     get_covar_module_with_dim_scaled_prior,
 )
-from gpytorch.kernels import ProductKernel, RBFKernel
+from gpytorch.kernels import RBFKernel
 
+from botorch_sketch.models.kernels import GroupedRBFKernel
 from botorch_sketch.trust_region import fit_region_model
 from botorch_sketch.trust_region.model import (
     LENGTHSCALE_LOWER_BOUND,
@@ -124,27 +125,30 @@ def test_one_hot_groups_share_a_lengthscale_and_match_the_ard_kernel():
     are equal within each group: the same matrix, with d - sum(k - 1)
     lengthscales; without groups (or groups of one column) it is the plain one."""
     d, groups = 7, [(1, 2, 3), (5, 6)]
-    kernel = region_covar_module(d, groups)
-    assert isinstance(kernel, ProductKernel)
+    kernel = region_covar_module(d, groups).double()
+    assert isinstance(kernel, GroupedRBFKernel)
     assert sum(p.numel() for p in kernel.parameters()) == d - 3
-    free, first, second = kernel.kernels
-    free.lengthscale = torch.tensor([[0.3, 0.9]])
-    first.lengthscale = torch.tensor([[0.4]])
-    second.lengthscale = torch.tensor([[1.7]])
+    kernel.lengthscale = torch.tensor([[0.3, 0.4, 0.9, 1.7]])
     column = torch.tensor([0.3, 0.4, 0.4, 0.4, 0.9, 1.7, 1.7], dtype=torch.float64)
-    torch.testing.assert_close(lengthscales_of(kernel, d), column, check_dtype=False)
+    torch.testing.assert_close(lengthscales_of(kernel, d), column)
     ard = RBFKernel(ard_num_dims=d).double()
     ard.lengthscale = column
     x = torch.rand(6, d, dtype=torch.float64)
     y = torch.rand(4, d, dtype=torch.float64)
-    torch.testing.assert_close(kernel.double()(x, y).to_dense(), ard(x, y).to_dense())
-    # Every factor keeps the prior of the d-column kernel.
+    torch.testing.assert_close(kernel(x, y).to_dense(), ard(x, y).to_dense())
+    # The prior is the d-column kernel's, once per lengthscale.
     loc = get_covar_module_with_dim_scaled_prior(d).lengthscale_prior.loc
-    for factor in kernel.kernels:
-        torch.testing.assert_close(factor.lengthscale_prior.loc, loc)
+    torch.testing.assert_close(kernel.lengthscale_prior.loc, loc)
     assert isinstance(region_covar_module(d, [(4,)]), RBFKernel)
+    assert not isinstance(region_covar_module(d, [(4,)]), GroupedRBFKernel)
     only = region_covar_module(3, [(0, 1, 2)])
     assert sum(p.numel() for p in only.parameters()) == 1
+
+
+def test_grouped_kernel_starts_at_the_prior_mode():
+    kernel = region_covar_module(5, [(2, 3, 4)])
+    mode = kernel.lengthscale_prior.mode
+    torch.testing.assert_close(kernel.column_lengthscale, mode.expand(1, 5))
 
 
 @pytest.mark.parametrize("groups", [[(0, 1), (1, 2)], [(2, 3)], [(-1, 0)]])
