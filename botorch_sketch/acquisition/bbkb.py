@@ -87,6 +87,7 @@ from botorch_sketch.acquisition.dtc_marginals import PendingRows, dtc_marginals
 from botorch_sketch.bbkb.dense_kernel import SquaredExponential, as_dense_kernel
 from botorch_sketch.bbkb.posterior_state import PosteriorState
 from botorch_sketch.models.nystrom import NystromGP
+from botorch_sketch.models.validation import check_choice
 
 logger = logging.getLogger(__name__)
 
@@ -251,11 +252,9 @@ class BatchUpperConfidenceBound(AnalyticAcquisitionFunction):
         """
         super().__init__(model=model, posterior_transform=posterior_transform)
         _validate_model(model)
-        if hallucination not in HALLUCINATIONS:
-            raise ValueError(
-                f"hallucination must be one of {HALLUCINATIONS}, got {hallucination!r}."
-            )
-        self.hallucination = hallucination
+        self.hallucination = check_choice(
+            hallucination, HALLUCINATIONS, "hallucination"
+        )
         self._sign, self._offset = _validate_posterior_transform(posterior_transform)
         alpha_t = torch.as_tensor(alpha, dtype=model.compute_dtype)
         if alpha_t.numel() != 1 or not bool(torch.isfinite(alpha_t)) or alpha_t < 0:

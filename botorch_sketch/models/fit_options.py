@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from botorch_sketch.models.validation import (
     check_bool_free_int,
+    check_choice,
     check_nonnegative_number,
     optional_positive_int,
 )
@@ -79,10 +80,7 @@ class NystromFitOptions:
     def __post_init__(self) -> None:
         if self.fit_subset_size != DEVICE_SUBSET:
             optional_positive_int(self.fit_subset_size, "fit_subset_size")
-        if self.objective not in OBJECTIVES:
-            raise ValueError(
-                f"objective must be one of {OBJECTIVES}, got {self.objective!r}."
-            )
+        check_choice(self.objective, OBJECTIVES, "objective")
         check_bool_free_int(self.dictionary_refits, "dictionary_refits", minimum=0)
         check_nonnegative_number(self.refit_growth, "refit_growth")
         optional_positive_int(self.refit_max_iterations, "refit_max_iterations")

@@ -92,7 +92,11 @@ from botorch_sketch.goucb.network import (
 from botorch_sketch.goucb.oracle import OracleOptions, fit_regression_oracle
 from botorch_sketch.models.extra_state import with_extra_state
 from botorch_sketch.models.options import ModelOptionsMixin
-from botorch_sketch.models.validation import check_seed, validate_new_observations
+from botorch_sketch.models.validation import (
+    check_choice,
+    check_seed,
+    validate_new_observations,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -165,11 +169,7 @@ class GOUCBModel(ModelOptionsMixin, Model):
             and 1 <= n_init <= n
         ):
             raise ValueError(f"n_init must be an int in [1, {n}], got {n_init!r}.")
-        if linearization not in _LINEARIZATIONS:
-            raise ValueError(
-                f"linearization must be one of {_LINEARIZATIONS}, "
-                f"got {linearization!r}."
-            )
+        check_choice(linearization, _LINEARIZATIONS, "linearization")
         positive_float(lambda_, "lambda_")
         positive_float(noise_variance, "noise_variance")
         if seed is None:

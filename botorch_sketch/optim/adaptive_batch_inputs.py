@@ -26,6 +26,7 @@ from botorch_sketch.bbkb.config import BBKBConfig
 from botorch_sketch.bbkb.stopping import StoppingRule, make_rule
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.models.validation import (
+    check_choice,
     check_fraction,
     check_nonnegative_number,
     check_positive_number,
@@ -120,11 +121,7 @@ class AdaptiveBatchInputs:
             check_positive_number(self.gradient_tolerance, "gradient_tolerance")
         check_seed(self.seed)
         check_nonnegative_number(self.alpha, "alpha")
-        if self.hallucination not in HALLUCINATIONS:
-            raise ValueError(
-                f"hallucination must be one of {HALLUCINATIONS}, got "
-                f"{self.hallucination!r}."
-            )
+        check_choice(self.hallucination, HALLUCINATIONS, "hallucination")
         fill = self.thompson_fill
         check_fraction(fill, "thompson_fill")
         check_fraction(self.basin_share, "basin_share")

@@ -49,6 +49,7 @@ from torch.quasirandom import SobolEngine
 
 from botorch_sketch.generation.thompson import EmbeddingThompsonSampling
 from botorch_sketch.models.nystrom import NystromGP
+from botorch_sketch.models.validation import check_choice
 from botorch_sketch.trust_region.discrete import DiscreteColumns
 from botorch_sketch.trust_region.model import incumbent, lengthscales
 from botorch_sketch.trust_region.state import TrustRegionState
@@ -171,10 +172,7 @@ def generate_batch(
         raise ValueError(f"q must be a positive int, got {q!r}.")
     if model.num_outputs != 1:
         raise ValueError("generate_batch needs a single-output model.")
-    if thompson not in THOMPSON_SAMPLERS:
-        raise ValueError(
-            f"thompson must be one of {THOMPSON_SAMPLERS}, got {thompson!r}."
-        )
+    check_choice(thompson, THOMPSON_SAMPLERS, "thompson")
     if center is None:
         index, _ = incumbent(model, X)
     elif isinstance(center, bool) or not isinstance(center, int):
