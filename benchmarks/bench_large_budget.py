@@ -95,6 +95,14 @@ batches of ``--batch``):
   categorical counted once; the default of commits f4cc0ab-625a3f0), the same
   as ``"turbo-bkb"`` with ``num_candidates=2000``; ``turbo-bkb-tied-a2000-g0.1``
   also with ``region_fit="periodic"``, ``refit_growth=0.1``.
+- ``turbo-bkb-path`` / ``turbo-bkb-path-a5000``: ``"turbo-bkb"`` with
+  ``thompson="pathwise"`` (the Thompson samples by Matheron's rule on a
+  random-feature prior path where the region model is exact), with the default
+  candidate count / 5,000 candidates.
+- ``turbo-bkb-product`` (rows only; ``mixed10``): ``"turbo-bkb"`` with the
+  shared one-hot lengthscales as a ``ProductKernel`` of per-group RBF kernels
+  (commits f4cc0ab-49f3c4d): the same kernel as ``GroupedRBFKernel`` (commit
+  f7909c8 on), whose single kernel matrix makes the Thompson sample cheaper.
 - ``bbkb-r5``: ``"bbkb"`` with ``num_restarts=5``.
 - ``bbkb-autograd`` (rows only, not runnable): ``"bbkb"`` before the batch
   UCB's closed-form value and gradient (commit 3816da8; before, autograd through
@@ -189,6 +197,8 @@ METHODS = (
     "turbo-bkb-warm",
     "turbo-bkb-g0.1",
     "turbo-bkb-ard",
+    "turbo-bkb-path",
+    "turbo-bkb-path-a5000",
     "turbo-bkb-fit300",
     "turbo-bkb-fit600",
     "turbo-bkb-fit1000",
@@ -218,6 +228,11 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-warm": ("turbo-bkb", {"region_fit": "warm"}),
     "turbo-bkb-g0.1": ("turbo-bkb", {"region_fit": "periodic", "refit_growth": 0.1}),
     "turbo-bkb-ard": ("turbo-bkb", {"one_hot_lengthscales": "per_column"}),
+    "turbo-bkb-path": ("turbo-bkb", {"thompson": "pathwise"}),
+    "turbo-bkb-path-a5000": (
+        "turbo-bkb",
+        {"thompson": "pathwise", "num_candidates": 5000},
+    ),
     "turbo-bkb-fit300": ("turbo-bkb", {"fit_subset_size": 300}),
     "turbo-bkb-fit600": ("turbo-bkb", {"fit_subset_size": 600}),
     "turbo-bkb-fit1000": ("turbo-bkb", {"fit_subset_size": 1000}),

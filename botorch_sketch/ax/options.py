@@ -159,7 +159,7 @@ VALIDATORS: dict[str, Validator] = {
     "failure_tolerance": _optional(_positive_int),
     "improvement_tolerance": _fraction,
     "num_candidates": _optional(_positive_int),
-    "thompson": _one_of("joint", "embedding"),
+    "thompson": _one_of("joint", "embedding", "pathwise"),
     "incumbent": _one_of("mean", "observed"),
     "region_fit": _one_of("cold", "periodic", "warm"),
     "one_hot_lengthscales": _one_of("shared", "per_column"),

@@ -28,7 +28,8 @@ NeurIPS 2019) with the sketched GP as the region's model
    restart. Then ``q = min(n, batch_size)`` points by Thompson sampling in the
    region around the incumbent (the best observation, or the point of largest
    posterior mean with ``incumbent="mean"``): by default samples of the
-   model's joint posterior over the region's candidates (``thompson="joint"``);
+   model's joint posterior over the region's candidates (``thompson="joint"``;
+   ``"pathwise"`` draws them by Matheron's rule without an ``A x A`` factor);
    ``"embedding"`` samples in ``O(A m)`` but draws the Nyström residual
    independently per candidate, which scatters the batch over the region
    (:mod:`~botorch_sketch.trust_region.candidates`).
@@ -172,7 +173,9 @@ class TurboGenerator(TorchGenerator):
             gave fewer candidates and worse optima on a mixed space with
             batches of 50, both with one lengthscale per column and per group).
         thompson: ``"joint"`` (samples of the joint posterior over the
-            candidates) or ``"embedding"`` (``O(A m)``, independent Nyström
+            candidates), ``"pathwise"`` (the same for an exact region model by
+            Matheron's rule on a random-feature prior path, ``O(A n)`` instead
+            of ``O(A^3)``) or ``"embedding"`` (``O(A m)``, independent Nyström
             residual), see :func:`~botorch_sketch.trust_region.generate_batch`.
         incumbent: ``"observed"`` (the centre is the best observation and the
             success test compares observed values, as published TuRBO) or

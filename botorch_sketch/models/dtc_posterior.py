@@ -30,8 +30,10 @@ from torch import Tensor
 
 from botorch_sketch import linalg
 from botorch_sketch.models.nystrom_posterior import (
+    DEFAULT_PATHWISE_FEATURES,
     cast_posterior,
     dtc_covariance,
+    prior_feature_paths,
     same_key,
     sample_dtc_joint,
     sample_dtc_latent,
@@ -169,6 +171,12 @@ class DTCPosteriorMixin:
     def _uses_every_point(self) -> bool:
         """Whether the dictionary is every training point (the exact GP)."""
         return self.dictionary_indices.shape[-1] == self._train_X.shape[-2]
+
+    @property
+    def is_exact(self) -> bool:
+        r"""Whether every training point is in the dictionary, so that the
+        posterior is the exact GP's."""
+        return self._uses_every_point()
 
     def _factor_cache(self) -> dict[str, Any]:
         """:meth:`_posterior_cache` with the dictionary ``S``, the embedding map
@@ -427,6 +435,63 @@ class DTCPosteriorMixin:
             else:
                 samples = samples.unsqueeze(-1)
             return self._untransformed_samples(samples)
+
+    def sample_pathwise(
+        self,
+        X: Tensor,
+        num_samples: int,
+        generator: torch.Generator | None = None,
+        num_features: int = DEFAULT_PATHWISE_FEATURES,
+    ) -> Tensor:
+        r"""Posterior samples of the latent function by Matheron's rule, ``O(A n)``.
+
+        With every training point in the dictionary (the exact GP), a posterior
+        sample is a prior sample updated by the data (Wilson et al., ICML 2020,
+        Eq. 13; BoTorch's ``draw_matheron_paths`` for ``ExactGP``):
+
+            f(x) = m(x) + f0(x) + k_X(x)^T C^{-1} (y - m(X) - f0(X) - eps),
+
+        ``C = K_XX + N``, ``eps ~ N(0, N)``, and ``f0`` a prior draw from
+        ``num_features`` random Fourier features of the kernel (Rahimi & Recht,
+        2007; BoTorch's ``gen_kernel_features``). ``C^{-1} = P P^T`` comes from
+        the cached exact predictor, so ``A`` candidates cost one ``A x n`` kernel
+        block and ``A x F`` features, where :meth:`sample_joint` factors an
+        ``A x A`` matrix. The update is exact; the prior's covariance is
+        approximated with an ``O(1 / sqrt(F))`` entrywise error.
+
+        Args:
+            X: ``A x d`` points (untransformed; not for batched models).
+            num_samples: Number of samples (paths).
+            generator: Optional ``torch.Generator`` (CPU) of the features, their
+                weights and ``eps``.
+            num_features: Number ``F`` of random Fourier features (even).
+
+        Returns:
+            A ``num_samples x A x 1`` tensor in the original outcome space.
+        """
+        self._prepare_sampling(X, num_samples, "sample_pathwise")
+        if self.num_outputs > 1 or not self._uses_every_point():
+            raise UnsupportedError(
+                "sample_pathwise needs a single-output model with every training "
+                "point in its dictionary (the exact GP); use sample_joint."
+            )
+        dtype, X_train = self._compute_dtype, self._train_X
+        with torch.no_grad():
+            Xt = self.transform_inputs(X.to(dtype))
+            residual_y = self._train_Y - self.mean_module(X_train)
+            paths = prior_feature_paths(
+                self.covar_module, X.shape[-1], num_samples, num_features, generator
+            )
+            f0_train, f0 = paths(X_train), paths(Xt)  # n x k, A x k
+            eps = torch.randn(*f0_train.shape, generator=generator, dtype=dtype)
+            eps = eps.to(f0_train.device) * self._noise().sqrt().unsqueeze(-1)
+            P = self._predictor().basis[..., 1:]  # C^{-1} = P P^T
+            weights = P @ (P.mT @ (residual_y.unsqueeze(-1) - f0_train - eps))
+            update = linalg.map_row_chunks(
+                lambda Xc: self.covar_module(Xc, X_train).to_dense() @ weights, Xt
+            )
+            samples = self.mean_module(Xt).unsqueeze(-1) + f0 + update  # A x k
+            return self._untransformed_samples(samples.mT.unsqueeze(-1))
 
     def sample_latent(
         self,

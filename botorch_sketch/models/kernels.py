@@ -19,15 +19,16 @@ shared lengthscale is counted once.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
 import torch
-from gpytorch.kernels import RBFKernel
+from gpytorch.kernels import Kernel, RBFKernel, ScaleKernel
 from gpytorch.kernels.rbf_kernel import postprocess_rbf
 from torch import Tensor
 
-__all__ = ["GroupedRBFKernel", "column_groups_index"]
+__all__ = ["GroupedRBFKernel", "ard_equivalent", "column_groups_index"]
 
 
 def column_groups_index(dim: int, groups: Sequence[Sequence[int]]) -> Tensor:
@@ -115,3 +116,25 @@ class GroupedRBFKernel(RBFKernel):
 
     def extra_repr(self) -> str:
         return f"dim={self.ard_num_dims}, num_lengthscales={self.num_lengthscales}"
+
+
+def ard_equivalent(kernel: Kernel) -> Kernel:
+    r"""``kernel`` with every :class:`GroupedRBFKernel` in it (itself, or the
+    base of a ``ScaleKernel``) replaced by the equal ``RBFKernel(ard_num_dims=d)``
+    (a copy, lengthscales detached), e.g. for tools that read ``lengthscale``
+    as one value per input column (BoTorch's random Fourier features); any
+    other kernel is returned as is."""
+    if isinstance(kernel, GroupedRBFKernel):
+        ard = RBFKernel(
+            ard_num_dims=kernel.ard_num_dims, batch_shape=kernel.batch_shape
+        )
+        ard = ard.to(kernel.raw_lengthscale)
+        ard.lengthscale = kernel.column_lengthscale.detach()
+        return ard
+    if isinstance(kernel, ScaleKernel) and isinstance(
+        kernel.base_kernel, GroupedRBFKernel
+    ):
+        scaled = copy.deepcopy(kernel)
+        scaled.base_kernel = ard_equivalent(kernel.base_kernel)
+        return scaled
+    return kernel

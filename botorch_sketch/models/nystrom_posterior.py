@@ -23,6 +23,8 @@ import torch
 from botorch.posteriors import Posterior
 from botorch.posteriors.gpytorch import GPyTorchPosterior
 from botorch.posteriors.transformed import TransformedPosterior
+from botorch.sampling.pathwise.features import gen_kernel_features
+from botorch.utils.sampling import manual_seed
 from gpytorch.distributions import MultitaskMultivariateNormal, MultivariateNormal
 from gpytorch.means import Mean
 from gpytorch.module import Module
@@ -37,6 +39,7 @@ from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
 from botorch_sketch import linalg
+from botorch_sketch.models.kernels import ard_equivalent
 
 #: Joint posteriors of at least this many points keep a lazy low-rank covariance.
 LAZY_COVARIANCE_MIN_POINTS = 256
@@ -252,3 +255,49 @@ def cast_posterior(posterior: Posterior, dtype: torch.dtype) -> Posterior:
     else:
         cast = MultivariateNormal(mean, cov)
     return GPyTorchPosterior(cast)
+
+
+#: Random Fourier features of a prior path (:func:`prior_feature_paths`;
+#: BoTorch's default for ``draw_kernel_feature_paths``).
+DEFAULT_PATHWISE_FEATURES = 1024
+
+
+def prior_feature_paths(
+    kernel: Module,
+    dim: int,
+    num_samples: int,
+    num_features: int = DEFAULT_PATHWISE_FEATURES,
+    generator: torch.Generator | None = None,
+) -> Callable[[Tensor], Tensor]:
+    r"""``num_samples`` zero-mean prior paths ``f0(x) = phi(x)^T theta`` of
+    ``kernel``: ``phi`` the ``F`` random Fourier features of BoTorch's
+    ``gen_kernel_features`` (``k(x, x') ~ phi(x)^T phi(x')``; RBF, Matérn, their
+    ``ScaleKernel``, and :class:`~botorch_sketch.models.kernels.GroupedRBFKernel`
+    through its ARD equivalent), ``theta ~ N(0, I_F)``.
+
+    Args:
+        kernel: A stationary gpytorch kernel on ``dim`` inputs.
+        dim: Input dimension ``d``.
+        num_samples: Number ``k`` of paths.
+        num_features: Number ``F`` of features (even).
+        generator: Optional ``torch.Generator`` (CPU) of the feature frequencies
+            (through a seed) and of ``theta``.
+
+    Returns:
+        A function mapping ``A x d`` inputs to the ``A x k`` path values.
+    """
+    seed = int(torch.randint(2**31 - 1, (1,), generator=generator))
+    with manual_seed(seed):
+        features = gen_kernel_features(
+            ard_equivalent(kernel), num_inputs=dim, num_outputs=num_features
+        )
+    like = next(iter(kernel.parameters()), None)
+    dtype = torch.float64 if like is None else like.dtype
+    theta = torch.randn(
+        features.num_outputs, num_samples, generator=generator, dtype=dtype
+    )
+
+    def paths(X: Tensor) -> Tensor:
+        return features(X) @ theta.to(X)
+
+    return paths

@@ -11,7 +11,7 @@ TuRBO-1 (Eriksson et al., NeurIPS 2019, Sec. 3) on the unit cube ``[0, 1]^d``:
   candidate) and set to ``c_i`` otherwise, so in high dimension the candidates
   move along few coordinates at a time.
 - **Batch.** ``q`` Thompson samples of the posterior over the ``A`` candidates,
-  each contributing its maximiser, without repeats. Two samplers
+  each contributing its maximiser, without repeats. Three samplers
   (``thompson``):
 
   * ``"joint"`` (default): samples of the model's joint posterior over the
@@ -30,6 +30,12 @@ TuRBO-1 (Eriksson et al., NeurIPS 2019, Sec. 3) on the unit cube ``[0, 1]^d``:
     posterior's correlated structure. Use it only where the ``A x A`` joint
     does not fit (a library of many rows); above
     :data:`JOINT_MAX_CANDIDATES` candidates ``"joint"`` falls back to it.
+  * ``"pathwise"``: where the model is the exact GP (every point in its
+    dictionary), samples by Matheron's rule
+    (:meth:`~botorch_sketch.models.NystromGP.sample_pathwise`: a random
+    Fourier feature prior path updated exactly by the data), ``O(A n + A F)``
+    time, no ``A x A`` matrix; the prior's correlations carry the features'
+    ``O(1 / sqrt(F))`` error. Elsewhere it is ``"joint"``.
 
 The model is a ``NystromGP`` on the region's data
 (:mod:`~botorch_sketch.trust_region.model`); the centre is by default the
@@ -67,7 +73,7 @@ __all__ = [
 #: Expected number of perturbed coordinates per candidate (``min(1, 20 / d)``).
 PERTURBED_DIMS = 20.0
 #: Thompson samplers of :func:`generate_batch` (module docstring).
-THOMPSON_SAMPLERS = ("joint", "embedding")
+THOMPSON_SAMPLERS = ("joint", "embedding", "pathwise")
 #: Above this many candidates ``"joint"`` sampling uses ``"embedding"`` instead.
 JOINT_MAX_CANDIDATES = 10_000
 
@@ -154,7 +160,8 @@ def generate_batch(
             max-distance).
         feasible: Optional ``A x d -> A`` boolean mask of allowed candidates
             (e.g. parameter constraints, rows not taken yet).
-        thompson: ``"joint"`` or ``"embedding"`` (module docstring).
+        thompson: ``"joint"``, ``"embedding"`` or ``"pathwise"`` (module
+            docstring).
         center: Row of ``X`` to centre the region on (``None``: the row of
             largest posterior mean, :func:`incumbent`).
         discrete: Optional integer and one-hot columns
@@ -201,7 +208,9 @@ def generate_batch(
     k = min(q, candidates.shape[0])
     if k == 0:
         return candidates
-    if thompson == "joint" and candidates.shape[0] <= JOINT_MAX_CANDIDATES:
+    if thompson == "pathwise" and model.is_exact:
+        return joint_thompson(model, candidates, k, seed=seed, pathwise=True)
+    if thompson != "embedding" and candidates.shape[0] <= JOINT_MAX_CANDIDATES:
         return joint_thompson(model, candidates, k, seed=seed)
     sampler = EmbeddingThompsonSampling(model, replacement=False, seed=seed)
     return sampler(candidates, num_samples=k)
@@ -253,14 +262,21 @@ def region_candidates(
 
 
 def joint_thompson(
-    model: NystromGP, candidates: Tensor, k: int, seed: int | None = None
+    model: NystromGP,
+    candidates: Tensor,
+    k: int,
+    seed: int | None = None,
+    pathwise: bool = False,
 ) -> Tensor:
     r"""``k`` distinct maximisers of ``k`` samples of the joint posterior over the
     ``A x d`` ``candidates``, seeded: the samples of
     :meth:`~botorch_sketch.models.NystromGP.sample_joint` (exact, the ``A x A``
-    covariance's lower triangle formed in place), maximised without repeats by
-    BoTorch's ``MaxPosteriorSampling.maximize_samples``."""
+    covariance's lower triangle formed in place) or, with ``pathwise``, of
+    :meth:`~botorch_sketch.models.NystromGP.sample_pathwise` (exact GP only),
+    maximised without repeats by BoTorch's
+    ``MaxPosteriorSampling.maximize_samples``."""
     generator = None if seed is None else torch.Generator().manual_seed(seed)
-    samples = model.sample_joint(candidates, k, generator=generator)
+    sample = model.sample_pathwise if pathwise else model.sample_joint
+    samples = sample(candidates, k, generator=generator)
     sampler = MaxPosteriorSampling(model=model, replacement=False)
     return sampler.maximize_samples(candidates, samples.to(candidates), k)

@@ -66,7 +66,8 @@ def test_bad_options_fail_in_get_generation_strategy(options, message):
 
 
 @pytest.mark.parametrize(
-    "thompson, incumbent", [("joint", "mean"), ("embedding", "observed")]
+    "thompson, incumbent",
+    [("joint", "mean"), ("embedding", "observed"), ("pathwise", "observed")],
 )
 def test_batches_stay_in_the_bounds_and_restart(thompson, incumbent):
     # length_min = 0.5: the first shrink restarts the region.

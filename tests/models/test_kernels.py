@@ -6,7 +6,11 @@ from botorch.models.utils.gpytorch_modules import (
 )
 from gpytorch.kernels import RBFKernel
 
-from botorch_sketch.models.kernels import GroupedRBFKernel, column_groups_index
+from botorch_sketch.models.kernels import (
+    GroupedRBFKernel,
+    ard_equivalent,
+    column_groups_index,
+)
 
 DT = torch.float64
 
@@ -80,3 +84,19 @@ def test_follows_dtype_and_keeps_its_index_in_the_state_dict():
 def test_rejects_ard_num_dims_and_active_dims(name):
     with pytest.raises(ValueError, match=f"takes no {name}"):
         GroupedRBFKernel(3, [(0, 1)], **{name: 3 if name == "ard_num_dims" else [0]})
+
+
+def test_ard_equivalent_is_the_same_kernel_in_column_lengthscales():
+    from gpytorch.kernels import ScaleKernel
+
+    grouped = GroupedRBFKernel(4, [(0, 1, 2)]).to(DT)
+    grouped.lengthscale = torch.tensor([[0.3, 0.8]], dtype=DT)
+    x = torch.rand(5, 4, dtype=DT)
+    for kernel in (grouped, ScaleKernel(grouped)):
+        ard = ard_equivalent(kernel)
+        inner = getattr(ard, "base_kernel", ard)
+        assert type(inner) is RBFKernel and inner.lengthscale.shape == (1, 4)
+        with torch.no_grad():
+            torch.testing.assert_close(ard(x).to_dense(), kernel(x).to_dense())
+    plain = RBFKernel()
+    assert ard_equivalent(plain) is plain

@@ -2,9 +2,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from botorch.exceptions.errors import UnsupportedError
+from botorch.models.transforms import Standardize
 from linear_operator.utils.cholesky import psd_safe_cholesky
 
-from botorch_sketch.models.nystrom_posterior import sample_dtc_joint
+from botorch_sketch.models import GroupedRBFKernel, NystromGP
+from botorch_sketch.models.nystrom_posterior import (
+    prior_feature_paths,
+    sample_dtc_joint,
+)
 
 DT = torch.float64
 
@@ -75,3 +81,82 @@ def test_latent_samples_equal_the_whitened_formula(num_outputs):
         expected = model._untransformed_samples(expected)
     assert samples.shape == (5, 700, num_outputs)
     torch.testing.assert_close(samples, expected, atol=1e-10, rtol=1e-10)
+
+
+def _pathwise_data(n=30, d=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(n, d, generator=g, dtype=DT)
+    Y = torch.sin(5 * X).sum(-1, keepdim=True)
+    return X, Y
+
+
+def test_prior_paths_have_the_kernels_covariance():
+    # 8,000 paths with 1,024 features: the empirical covariance of the paths
+    # is the kernel matrix (unit diagonal) up to the features' error (about
+    # 0.03) and the sample's (sd about 0.016); the grouped kernel goes through
+    # its ARD equivalent.
+    kernel = GroupedRBFKernel(3, [(1, 2)]).to(DT)
+    kernel.lengthscale = torch.tensor([[0.4, 0.7]], dtype=DT)
+    X = torch.rand(5, 3, generator=torch.Generator().manual_seed(1), dtype=DT)
+    g = torch.Generator().manual_seed(2)
+    paths = prior_feature_paths(kernel, 3, 8000, 1024, generator=g)
+    values = paths(X)
+    assert values.shape == (5, 8000)
+    with torch.no_grad():
+        K = kernel(X).to_dense()
+    torch.testing.assert_close(torch.cov(values), K, atol=0.12, rtol=0)
+    again = prior_feature_paths(
+        kernel, 3, 8000, 1024, generator=torch.Generator().manual_seed(2)
+    )
+    assert torch.equal(again(X), values)
+
+
+def test_pathwise_samples_have_the_exact_posteriors_moments():
+    X, Y = _pathwise_data()
+    model = NystromGP(X, Y, dictionary="all", outcome_transform=Standardize(1))
+    model.likelihood.noise = 0.01
+    model.eval()
+    assert model.is_exact
+    cand = torch.rand(6, 3, generator=torch.Generator().manual_seed(3), dtype=DT)
+    g = torch.Generator().manual_seed(4)
+    samples = model.sample_pathwise(cand, 8000, generator=g)
+    assert samples.shape == (8000, 6, 1)
+    with torch.no_grad():
+        post = model.posterior(cand)
+    sd = post.variance.sqrt().squeeze(-1)
+    err = (samples.squeeze(-1).mean(0) - post.mean.squeeze(-1)).abs()
+    assert bool((err < 5 * sd / 8000**0.5 + 1e-3).all())
+    cov = torch.cov(samples.squeeze(-1).mT)
+    scale = post.variance.squeeze(-1).max()
+    torch.testing.assert_close(
+        cov / scale, post.covariance_matrix / scale, atol=0.1, rtol=0
+    )
+    # Seeded: the same generator state gives the same paths.
+    again = model.sample_pathwise(
+        cand, 8000, generator=torch.Generator().manual_seed(4)
+    )
+    assert torch.equal(again, samples)
+
+
+def test_pathwise_samples_interpolate_noiseless_data():
+    # Matheron's rule with (almost) no noise: every path passes through the
+    # data (prior sd about 1; gpytorch rounds the noise up to 1e-6, a posterior
+    # sd of about 1e-3 at the data), whatever its prior draw.
+    X, Y = _pathwise_data(n=12)
+    model = NystromGP(X, Y, train_Yvar=torch.full_like(Y, 1e-6), dictionary="all")
+    model.eval()
+    samples = model.sample_pathwise(X, 7, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(samples, Y.expand(7, 12, 1), atol=0.01, rtol=0)
+
+
+def test_pathwise_needs_an_exact_single_output_model():
+    X, Y = _pathwise_data(n=40)
+    sketched = NystromGP(X, Y, dictionary=torch.arange(0, 40, 4))
+    assert not sketched.is_exact
+    with pytest.raises(UnsupportedError, match="every training point"):
+        sketched.sample_pathwise(X[:3], 2)
+    two = NystromGP(X, torch.cat([Y, -Y], -1), dictionary="all")
+    with pytest.raises(UnsupportedError, match="single-output"):
+        two.sample_pathwise(X[:3], 2)
+    with pytest.raises(ValueError):
+        NystromGP(X, Y, dictionary="all").sample_pathwise(X[:3, :2], 2)

@@ -147,3 +147,21 @@ def test_cold_region_model_is_turbos_exact_gp_and_picks_its_batch():
         joint_thompson(model, candidates, 5, seed=7),
         sampler.maximize_samples(candidates, samples, 5),
     )
+
+
+def test_pathwise_is_the_joint_sample_where_the_model_is_sketched():
+    # Matheron's rule needs the exact GP: on a sketched region model
+    # thompson="pathwise" draws the same seeded batch as "joint".
+    from botorch_sketch.models import NystromGP
+
+    g = torch.Generator().manual_seed(2)
+    X = torch.rand(40, 3, generator=g, dtype=torch.float64)
+    Y = -((X - 0.5) ** 2).sum(-1, keepdim=True)
+    model = NystromGP(X, Y, dictionary=torch.arange(0, 40, 2))
+    assert not model.is_exact
+    state = TrustRegionState(dim=3, batch_size=4, length=0.4)
+    batches = [
+        generate_batch(model, state, X, 4, num_candidates=300, seed=1, thompson=t)
+        for t in ("pathwise", "joint")
+    ]
+    torch.testing.assert_close(*batches)
