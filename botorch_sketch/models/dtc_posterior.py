@@ -482,15 +482,20 @@ class DTCPosteriorMixin:
             paths = prior_feature_paths(
                 self.covar_module, X.shape[-1], num_samples, num_features, generator
             )
-            f0_train, f0 = paths(X_train), paths(Xt)  # n x k, A x k
+            f0_train = paths(X_train)  # n x k
             eps = torch.randn(*f0_train.shape, generator=generator, dtype=dtype)
             eps = eps.to(f0_train.device) * self._noise().sqrt().unsqueeze(-1)
             P = self._predictor().basis[..., 1:]  # C^{-1} = P P^T
             weights = P @ (P.mT @ (residual_y.unsqueeze(-1) - f0_train - eps))
-            update = linalg.map_row_chunks(
-                lambda Xc: self.covar_module(Xc, X_train).to_dense() @ weights, Xt
+            # A x k, a chunk of candidates at a time (A x n and A x F blocks).
+            samples = linalg.map_row_chunks(
+                lambda Xc: (
+                    self.mean_module(Xc).unsqueeze(-1)
+                    + paths(Xc)
+                    + self.covar_module(Xc, X_train).to_dense() @ weights
+                ),
+                Xt,
             )
-            samples = self.mean_module(Xt).unsqueeze(-1) + f0 + update  # A x k
             return self._untransformed_samples(samples.mT.unsqueeze(-1))
 
     def sample_latent(
