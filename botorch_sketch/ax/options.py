@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from botorch_sketch.models.validation import check_seed
+from botorch_sketch.trust_region.candidates import THOMPSON_SAMPLERS
 
 __all__ = ["validate_options"]
 
@@ -159,7 +160,7 @@ VALIDATORS: dict[str, Validator] = {
     "failure_tolerance": _optional(_positive_int),
     "improvement_tolerance": _fraction,
     "num_candidates": _optional(_positive_int),
-    "thompson": _one_of("joint", "embedding", "pathwise"),
+    "thompson": _one_of(*THOMPSON_SAMPLERS),
     "incumbent": _one_of("mean", "observed"),
     "region_fit": _one_of("cold", "periodic", "warm"),
     "one_hot_lengthscales": _one_of("shared", "per_column"),

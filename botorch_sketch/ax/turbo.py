@@ -28,8 +28,9 @@ NeurIPS 2019) with the sketched GP as the region's model
    restart. Then ``q = min(n, batch_size)`` points by Thompson sampling in the
    region around the incumbent (the best observation, or the point of largest
    posterior mean with ``incumbent="mean"``): by default samples of the
-   model's joint posterior over the region's candidates (``thompson="joint"``;
-   ``"pathwise"`` draws them by Matheron's rule without an ``A x A`` factor);
+   model's joint posterior over the region's candidates, drawn from the ``A x
+   A`` factor where the device affords it and by Matheron's rule beyond
+   (``thompson="auto"``; ``"joint"``, ``"pathwise"`` force one);
    ``"embedding"`` samples in ``O(A m)`` but draws the Nyström residual
    independently per candidate, which scatters the batch over the region
    (:mod:`~botorch_sketch.trust_region.candidates`).
@@ -140,7 +141,7 @@ TURBO_OPTIONS: dict[str, Any] = {
     "failure_tolerance": None,
     "improvement_tolerance": 1e-3,
     "num_candidates": None,
-    "thompson": "joint",
+    "thompson": "auto",
     "incumbent": "observed",
     "region_fit": "cold",
     "one_hot_lengthscales": "shared",
@@ -175,8 +176,11 @@ class TurboGenerator(TorchGenerator):
         thompson: ``"joint"`` (samples of the joint posterior over the
             candidates), ``"pathwise"`` (the same for an exact region model by
             Matheron's rule on a random-feature prior path, ``O(A n)`` instead
-            of ``O(A^3)``) or ``"embedding"`` (``O(A m)``, independent Nyström
-            residual), see :func:`~botorch_sketch.trust_region.generate_batch`.
+            of ``O(A^3)``), ``"auto"`` (``"joint"`` where the device factors the
+            ``A x A`` matrix in 0.2 s, ``"pathwise"`` beyond: on one CPU
+            thread above about 3,100 candidates) or ``"embedding"``
+            (``O(A m)``, independent Nyström residual), see
+            :func:`~botorch_sketch.trust_region.generate_batch`.
         incumbent: ``"observed"`` (the centre is the best observation and the
             success test compares observed values, as published TuRBO) or
             ``"mean"`` (both use posterior means at the observed points; for
@@ -213,7 +217,7 @@ class TurboGenerator(TorchGenerator):
         failure_tolerance: int | None = None,
         improvement_tolerance: float = 1e-3,
         num_candidates: int | None = None,
-        thompson: str = "joint",
+        thompson: str = "auto",
         incumbent: str = "observed",
         region_fit: str = "cold",
         one_hot_lengthscales: str = "shared",

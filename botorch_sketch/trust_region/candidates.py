@@ -12,9 +12,11 @@ TuRBO-1 (Eriksson et al., NeurIPS 2019, Sec. 3) on the unit cube ``[0, 1]^d``:
   move along few coordinates at a time.
 - **Batch.** ``q`` Thompson samples of the posterior over the ``A`` candidates,
   each contributing its maximiser, without repeats. Three samplers
-  (``thompson``):
+  (``thompson``), and ``"auto"``: ``"joint"`` where the device factors the
+  ``A x A`` matrix in :data:`JOINT_AUTO_SECONDS` (:func:`joint_is_costly`),
+  ``"pathwise"`` beyond:
 
-  * ``"joint"`` (default): samples of the model's joint posterior over the
+  * ``"joint"``: samples of the model's joint posterior over the
     ``A`` candidates (the DTC covariance ``k(x, x') - z(x)^T z(x') + z(x)^T
     A^{-1} z(x')``, the exact GP's with every point in the dictionary;
     ``O(A^2 m + A^3 / 3)`` time,
@@ -54,6 +56,7 @@ from torch import Tensor
 from torch.quasirandom import SobolEngine
 
 from botorch_sketch.generation.thompson import EmbeddingThompsonSampling
+from botorch_sketch.models.budget import device_facts
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.models.validation import check_choice
 from botorch_sketch.trust_region.discrete import DiscreteColumns
@@ -61,10 +64,12 @@ from botorch_sketch.trust_region.model import incumbent, lengthscales
 from botorch_sketch.trust_region.state import TrustRegionState
 
 __all__ = [
+    "JOINT_AUTO_SECONDS",
     "JOINT_MAX_CANDIDATES",
     "THOMPSON_SAMPLERS",
     "default_num_candidates",
     "generate_batch",
+    "joint_is_costly",
     "perturbed_candidates",
     "region_bounds",
     "region_candidates",
@@ -73,7 +78,11 @@ __all__ = [
 #: Expected number of perturbed coordinates per candidate (``min(1, 20 / d)``).
 PERTURBED_DIMS = 20.0
 #: Thompson samplers of :func:`generate_batch` (module docstring).
-THOMPSON_SAMPLERS = ("joint", "embedding", "pathwise")
+THOMPSON_SAMPLERS = ("auto", "joint", "embedding", "pathwise")
+#: Seconds of the ``A x A`` factor (``A^3 / 3`` flops at the device's rate,
+#: :func:`~botorch_sketch.models.budget.device_facts`) above which ``"auto"``
+#: samples by Matheron's rule (:func:`joint_is_costly`).
+JOINT_AUTO_SECONDS = 0.2
 #: Above this many candidates ``"joint"`` sampling uses ``"embedding"`` instead.
 JOINT_MAX_CANDIDATES = 10_000
 
@@ -139,7 +148,7 @@ def generate_batch(
     seed: int | None = None,
     library: Tensor | None = None,
     feasible: Callable[[Tensor], Tensor] | None = None,
-    thompson: str = "joint",
+    thompson: str = "auto",
     center: int | None = None,
     discrete: DiscreteColumns | None = None,
 ) -> Tensor:
@@ -160,8 +169,8 @@ def generate_batch(
             max-distance).
         feasible: Optional ``A x d -> A`` boolean mask of allowed candidates
             (e.g. parameter constraints, rows not taken yet).
-        thompson: ``"joint"``, ``"embedding"`` or ``"pathwise"`` (module
-            docstring).
+        thompson: ``"auto"``, ``"joint"``, ``"embedding"`` or ``"pathwise"``
+            (module docstring).
         center: Row of ``X`` to centre the region on (``None``: the row of
             largest posterior mean, :func:`incumbent`).
         discrete: Optional integer and one-hot columns
@@ -208,12 +217,25 @@ def generate_batch(
     k = min(q, candidates.shape[0])
     if k == 0:
         return candidates
+    if thompson == "auto":
+        thompson = "pathwise" if joint_is_costly(candidates) else "joint"
     if thompson == "pathwise" and model.is_exact:
         return joint_thompson(model, candidates, k, seed=seed, pathwise=True)
     if thompson != "embedding" and candidates.shape[0] <= JOINT_MAX_CANDIDATES:
         return joint_thompson(model, candidates, k, seed=seed)
     sampler = EmbeddingThompsonSampling(model, replacement=False, seed=seed)
     return sampler(candidates, num_samples=k)
+
+
+def joint_is_costly(candidates: Tensor, seconds: float = JOINT_AUTO_SECONDS) -> bool:
+    r"""Whether factoring the ``A x A`` joint covariance of the ``A x d``
+    ``candidates`` (``A^3 / 3`` flops) takes more than ``seconds`` at the flop
+    rate of their device (:func:`~botorch_sketch.models.budget.device_facts`:
+    one CPU thread is modelled at ``5e10`` flop/s, so above about 3,100
+    candidates, i.e. TuRBO's ``200 d`` for ``d > 15`` model columns; a GPU's rate
+    is measured)."""
+    facts = device_facts(candidates.device, candidates.dtype)
+    return candidates.shape[-2] ** 3 / 3.0 > facts.flop_rate * seconds
 
 
 def region_candidates(

@@ -165,3 +165,34 @@ def test_pathwise_is_the_joint_sample_where_the_model_is_sketched():
         for t in ("pathwise", "joint")
     ]
     torch.testing.assert_close(*batches)
+
+
+def test_auto_samples_pathwise_where_the_joint_factor_is_costly(monkeypatch):
+    # "auto" is "joint" while the device factors the A x A matrix within
+    # JOINT_AUTO_SECONDS (A^3 / 3 flops at its rate), "pathwise" beyond.
+    from botorch_sketch.models import budget
+    from botorch_sketch.trust_region import candidates as module
+
+    cand = torch.rand(300, 3, dtype=torch.float64)
+    assert not module.joint_is_costly(cand)  # 9e6 flops at 5e10 flop/s
+    assert module.joint_is_costly(torch.rand(3200, 3, dtype=torch.float64))
+    slow = budget.DeviceFacts(1e6, 2**34, 8)
+    monkeypatch.setattr(module, "device_facts", lambda device, dtype: slow)
+    assert module.joint_is_costly(cand)
+    g = torch.Generator().manual_seed(4)
+    X = torch.rand(40, 3, generator=g, dtype=torch.float64)
+    Y = -((X - 0.3) ** 2).sum(-1, keepdim=True)
+    model = fit_region_model(X, Y, seed=0)
+    state = TrustRegionState(dim=3, batch_size=4, length=0.8)
+
+    def batch(thompson):
+        return generate_batch(
+            model, state, X, 4, num_candidates=300, seed=2, thompson=thompson
+        )
+
+    torch.testing.assert_close(batch("auto"), batch("pathwise"))
+    monkeypatch.setattr(
+        module, "device_facts", lambda device, dtype: budget.DeviceFacts(1e15, 2**34, 8)
+    )
+    torch.testing.assert_close(batch("auto"), batch("joint"))
+    assert not torch.equal(batch("joint"), batch("pathwise"))
