@@ -23,7 +23,6 @@ from botorch_sketch.bbkb.schedules import BetaSchedule
 from botorch_sketch.bbkb.selection import DEFAULT_POOL_SIZE
 from botorch_sketch.bbkb.state import DEFAULT_CHUNK_SIZE
 from botorch_sketch.bbkb.stopping import StoppingRule
-from botorch_sketch.models.validation import check_choice
 
 __all__ = ["BBKBConfig", "DEFAULT_DELTA", "RESPARSIFY_MODES", "RULE_NAMES"]
 
@@ -131,7 +130,11 @@ class BBKBConfig:
             raise ValueError(
                 f"repeats must be one of {linalg.REPEAT_RULES}, got {self.repeats!r}."
             )
-        check_choice(self.resparsify, RESPARSIFY_MODES, "resparsify")
+        if self.resparsify not in RESPARSIFY_MODES:
+            raise ValueError(
+                f"resparsify must be one of {RESPARSIFY_MODES}, got "
+                f"{self.resparsify!r}."
+            )
         for name in ("embedding_bytes", "chunk_size", "kernel_cache_bytes"):
             value = getattr(self, name)
             if not (_is_int(value) and value >= (name != "kernel_cache_bytes")):
