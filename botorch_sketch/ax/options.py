@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from botorch_sketch.ax.turbo import INCUMBENTS, ONE_HOT_LENGTHSCALES, REGION_FITS
 from botorch_sketch.models.validation import check_seed
 from botorch_sketch.trust_region.candidates import THOMPSON_SAMPLERS
 
@@ -161,9 +162,9 @@ VALIDATORS: dict[str, Validator] = {
     "improvement_tolerance": _fraction,
     "num_candidates": _optional(_positive_int),
     "thompson": _one_of(*THOMPSON_SAMPLERS),
-    "incumbent": _one_of("mean", "observed"),
-    "region_fit": _one_of("cold", "periodic", "warm"),
-    "one_hot_lengthscales": _one_of("shared", "per_column"),
+    "incumbent": _one_of(*INCUMBENTS),
+    "region_fit": _one_of(*REGION_FITS),
+    "one_hot_lengthscales": _one_of(*ONE_HOT_LENGTHSCALES),
 }
 
 

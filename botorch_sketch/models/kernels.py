@@ -94,8 +94,8 @@ class GroupedRBFKernel(RBFKernel):
                 )
             kwargs.pop(name, None)
         index = column_groups_index(dim, groups)
-        super().__init__(ard_num_dims=int(index.max()) + 1, **kwargs)
         self.num_lengthscales = int(index.max()) + 1
+        super().__init__(ard_num_dims=self.num_lengthscales, **kwargs)
         self.ard_num_dims = dim
         self.register_buffer("column_index", index)
 

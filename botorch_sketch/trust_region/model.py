@@ -35,7 +35,7 @@ from torch import Tensor
 from botorch_sketch.models.budget import device_facts, device_fit_subset_size
 from botorch_sketch.models.dictionary_policy import LeverageScorePolicy
 from botorch_sketch.models.fit_options import DEFAULT_FIT_SUBSET_SIZE, DEVICE_SUBSET
-from botorch_sketch.models.kernels import GroupedRBFKernel, column_groups_index
+from botorch_sketch.models.kernels import GroupedRBFKernel
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.models.nystrom_inputs import POLICY_OPTION_DEFAULTS
 
@@ -119,7 +119,6 @@ def region_covar_module(dim: int, one_hot: Sequence[Sequence[int]] = ()) -> Kern
         ``GroupedRBFKernel`` with one per free column and one per group.
     """
     groups = [tuple(group) for group in one_hot if len(group) > 1]
-    column_groups_index(dim, groups)  # ValueError on overlapping or bad columns
     prior = get_covar_module_with_dim_scaled_prior(dim).lengthscale_prior
     options = {
         "lengthscale_prior": prior,
