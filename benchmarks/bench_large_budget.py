@@ -208,6 +208,7 @@ METHODS = (
     "turbo-bkb-path",
     "turbo-bkb-path-a5000",
     "turbo-bkb-joint",
+    "turbo-bkb-ri",
     "turbo-bkb-fit300",
     "turbo-bkb-fit600",
     "turbo-bkb-fit1000",
@@ -239,6 +240,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-ard": ("turbo-bkb", {"one_hot_lengthscales": "per_column"}),
     "turbo-bkb-path": ("turbo-bkb", {"thompson": "pathwise"}),
     "turbo-bkb-joint": ("turbo-bkb", {"thompson": "joint"}),
+    "turbo-bkb-ri": ("turbo-bkb", {"restart": "incumbent"}),
     "turbo-bkb-path-a5000": (
         "turbo-bkb",
         {"thompson": "pathwise", "num_candidates": 5000},

@@ -16,7 +16,12 @@ from typing import Any
 
 import torch
 
-from botorch_sketch.ax.turbo import INCUMBENTS, ONE_HOT_LENGTHSCALES, REGION_FITS
+from botorch_sketch.ax.turbo import (
+    INCUMBENTS,
+    ONE_HOT_LENGTHSCALES,
+    REGION_FITS,
+    RESTARTS,
+)
 from botorch_sketch.models.validation import check_seed
 from botorch_sketch.trust_region.candidates import THOMPSON_SAMPLERS
 
@@ -164,6 +169,7 @@ VALIDATORS: dict[str, Validator] = {
     "thompson": _one_of(*THOMPSON_SAMPLERS),
     "incumbent": _one_of(*INCUMBENTS),
     "region_fit": _one_of(*REGION_FITS),
+    "restart": _one_of(*RESTARTS),
     "one_hot_lengthscales": _one_of(*ONE_HOT_LENGTHSCALES),
 }
 

@@ -144,6 +144,7 @@ TURBO_OPTIONS: dict[str, Any] = {
     "thompson": "auto",
     "incumbent": "observed",
     "region_fit": "cold",
+    "restart": "sobol",
     "one_hot_lengthscales": "shared",
     "candidate_set": None,
 }
@@ -156,6 +157,9 @@ ONE_HOT_LENGTHSCALES = ("shared", "per_column")
 
 #: How the region's model is fitted at each call (module docstring, step 2).
 REGION_FITS = ("cold", "periodic", "warm")
+
+#: Where a collapsed region starts again (module docstring, step 3).
+RESTARTS = ("sobol", "incumbent")
 
 
 class TurboGenerator(TorchGenerator):
@@ -220,6 +224,7 @@ class TurboGenerator(TorchGenerator):
         thompson: str = "auto",
         incumbent: str = "observed",
         region_fit: str = "cold",
+        restart: str = "sobol",
         one_hot_lengthscales: str = "shared",
         seed: int = 0,
         surrogate_spec: SurrogateSpec | None = None,
@@ -246,6 +251,7 @@ class TurboGenerator(TorchGenerator):
         self.thompson = check_choice(thompson, THOMPSON_SAMPLERS, "thompson")
         self.incumbent = check_choice(incumbent, INCUMBENTS, "incumbent")
         self.region_fit = check_choice(region_fit, REGION_FITS, "region_fit")
+        self.restart = check_choice(restart, RESTARTS, "restart")
         self.one_hot_lengthscales = check_choice(
             one_hot_lengthscales, ONE_HOT_LENGTHSCALES, "one_hot_lengthscales"
         )
@@ -342,6 +348,9 @@ class TurboGenerator(TorchGenerator):
             state = self._update(
                 state, model, region_X, region_Y, seen - start, min_region_points(d)
             )
+            if state.restart_triggered and self.restart == "incumbent":
+                logger.info("turbo-bkb: region reopens after %d points.", num_obs)
+                state = replace(restart_state(state), best_value=state.best_value)
             if state.restart_triggered:
                 logger.info("turbo-bkb: region restarts after %d points.", num_obs)
                 state, start, sketch = restart_state(state), num_obs, None
@@ -584,6 +593,7 @@ def turbo_generator_kwargs(
         "thompson",
         "incumbent",
         "region_fit",
+        "restart",
         "one_hot_lengthscales",
     )
     generator = {key: settings.pop(key) for key in own}
