@@ -209,6 +209,7 @@ METHODS = (
     "turbo-bkb-path-a5000",
     "turbo-bkb-joint",
     "turbo-bkb-ri",
+    "turbo-bkb-reopen",
     "turbo-bkb-fit300",
     "turbo-bkb-fit600",
     "turbo-bkb-fit1000",
@@ -241,6 +242,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-path": ("turbo-bkb", {"thompson": "pathwise"}),
     "turbo-bkb-joint": ("turbo-bkb", {"thompson": "joint"}),
     "turbo-bkb-ri": ("turbo-bkb", {"restart": "incumbent"}),
+    "turbo-bkb-reopen": ("turbo-bkb", {"restart": "reopen"}),
     "turbo-bkb-path-a5000": (
         "turbo-bkb",
         {"thompson": "pathwise", "num_candidates": 5000},

@@ -34,11 +34,18 @@ NeurIPS 2019) with the sketched GP as the region's model
    ``"embedding"`` samples in ``O(A m)`` but draws the Nyström residual
    independently per candidate, which scatters the batch over the region
    (:mod:`~botorch_sketch.trust_region.candidates`).
-3. **Restart** (``L < length_min``): the region's data are *dropped* from the
-   model, as in TuRBO (they stay in the experiment): the next points are a fresh
-   scrambled Sobol design in the whole cube until the new region has ``2 d``
-   points, and the region state starts again at ``length_init``. Keeping them
-   would centre the new region on the old incumbent again.
+3. **Restart** (``L < length_min``). With ``restart="sobol"`` (TuRBO's rule)
+   the region's data are *dropped* from the model (they stay in the
+   experiment): the next points are a fresh scrambled Sobol design in the whole
+   cube until the new region has ``2 d`` points, and the region state starts
+   again at ``length_init``. With ``restart="incumbent"`` the collapsed region
+   reopens instead: side ``length_init`` around the same incumbent, counters
+   reset, its data and best value kept, no new design. The first sweep of a
+   region finds the coordinates of a good basin, but a collapse usually means
+   some of them are in a wrong local valley; a fresh design forgets all of them,
+   a reopened region searches again from them at every scale down to
+   ``length_min`` (one halving per failed batch). The region's data then keep
+   growing, so each fit costs more (a sketch past the device's exact size).
 
 **Parameter constraints and libraries.** Candidates that violate Ax's linear
 parameter constraints are dropped. With a ``candidate_set`` (a finite library),
@@ -159,7 +166,7 @@ ONE_HOT_LENGTHSCALES = ("shared", "per_column")
 REGION_FITS = ("cold", "periodic", "warm")
 
 #: Where a collapsed region starts again (module docstring, step 3).
-RESTARTS = ("sobol", "incumbent")
+RESTARTS = ("sobol", "incumbent", "reopen")
 
 
 class TurboGenerator(TorchGenerator):
@@ -196,6 +203,10 @@ class TurboGenerator(TorchGenerator):
             ``refit_growth``, the hyperparameters kept in between) or
             ``"warm"`` (from the previous call's sketch state, refitted on
             ``NystromGP``'s schedule).
+        restart: ``"sobol"`` (a collapsed region's data dropped and a new
+            region started from a Sobol design in the whole space, as TuRBO-1)
+            or ``"incumbent"`` (the region reopened at ``length_init`` around
+            its incumbent with its data kept; module docstring, step 3).
         one_hot_lengthscales: ``"shared"`` (one lengthscale per categorical
             parameter: every two of its values equally far apart, as BoTorch's
             ``CategoricalKernel``) or ``"per_column"`` (one per one-hot column,
@@ -322,6 +333,7 @@ class TurboGenerator(TorchGenerator):
         else:
             state = TrustRegionState(dim=d, batch_size=q, **self.settings)
         start = int(saved.get("region_start", 0))
+        keep = [int(i) for i in saved.get("region_keep", [])]
         seen = int(saved.get("num_seen", 0))
         sketch = saved.get("sketch_state")
         info: dict[str, Any] = {}
@@ -330,30 +342,38 @@ class TurboGenerator(TorchGenerator):
         call_seed = (self.seed * 1_000_003 + num_obs + 7919 * num_pending) % (2**31 - 1)
         info["num_pending"] = num_pending
         feasible = self._feasibility(torch_opt_config)
-        region_X, region_Y = X[start:], Y[start:]
+        rows = torch.cat(
+            [torch.tensor(keep, dtype=torch.long), torch.arange(start, num_obs)]
+        )
+        region_X, region_Y = X[rows], Y[rows]
         warm = self.region_fit == "warm"
         periodic = self.region_fit == "periodic"
         growth = float(
             self.model_options.get("refit_growth", FIT_OPTION_DEFAULTS["refit_growth"])
         )
-        keep = periodic and hyperparameters_kept(sketch, region_X.shape[0], growth)
+        hold = periodic and hyperparameters_kept(sketch, region_X.shape[0], growth)
         # A kept fit is the warm start without its drift check (module docstring).
-        kept = {"refit_growth": growth, "refit_tolerance": None} if keep else {}
+        kept = {"refit_growth": growth, "refit_tolerance": None} if hold else {}
         if region_X.shape[0] >= min_region_points(d):
             model = fit_region_model(
-                region_X, region_Y, warm_start=sketch if warm or keep else None,
+                region_X, region_Y, warm_start=sketch if warm or hold else None,
                 one_hot=self._one_hot,
                 **{"seed": self.seed, **self.model_options, **kept},
             )  # fmt: skip
             state = self._update(
-                state, model, region_X, region_Y, seen - start, min_region_points(d)
-            )
-            if state.restart_triggered and self.restart == "incumbent":
+                state, model, region_X, region_Y, len(keep) + seen - start,
+                min_region_points(d),
+            )  # fmt: skip
+            if state.restart_triggered and self.restart == "reopen":
                 logger.info("turbo-bkb: region reopens after %d points.", num_obs)
                 state = replace(restart_state(state), best_value=state.best_value)
             if state.restart_triggered:
                 logger.info("turbo-bkb: region restarts after %d points.", num_obs)
+                best = int(rows[int(region_Y.reshape(-1).argmax())])
+                keep = [best] if self.restart == "incumbent" else []
                 state, start, sketch = restart_state(state), num_obs, None
+                if keep:
+                    state = replace(state, best_value=float(Y[best]))
                 self.surrogate.model = None
             else:
                 sketch = model.sketch_state().to_dict() if warm or periodic else None
@@ -366,17 +386,19 @@ class TurboGenerator(TorchGenerator):
             num = self.num_candidates or default_num_candidates(d)
             info["num_candidates"] = num
             points = generate_batch(
-                model, state, X[start:], q, num_candidates=num,
+                model, state, region_X, q, num_candidates=num,
                 seed=call_seed, library=self._unit_library(), feasible=feasible,
                 thompson=self.thompson, center=self._center(region_Y),
                 discrete=self._discrete,
             )  # fmt: skip
         if points.shape[0] == 0:
-            points = self._design(q, d, call_seed + state.restarts, feasible)
+            box = _box(X[keep[0]], state.length) if keep else None
+            points = self._design(q, d, call_seed + state.restarts, feasible, box)
             info["design"] = "sobol"
         self.region_state = {
             "trust_region": state.to_dict(),
             "region_start": start,
+            "region_keep": keep,
             "num_seen": num_obs,
             "sketch_state": sketch,
         }
@@ -481,20 +503,30 @@ class TurboGenerator(TorchGenerator):
         return feasible
 
     def _design(
-        self, q: int, d: int, seed: int, feasible: Callable[[Tensor], Tensor]
+        self,
+        q: int,
+        d: int,
+        seed: int,
+        feasible: Callable[[Tensor], Tensor],
+        box: Tensor | None = None,
     ) -> Tensor:
-        r"""A restart's space-filling points: scrambled Sobol (or random library
-        rows), feasible ones only."""
+        r"""A region's space-filling points: scrambled Sobol (or random library
+        rows), feasible ones only, in ``box`` (``2 x d`` unit-cube bounds; a
+        library's rows there first) or the whole cube."""
         library = self._unit_library()
         if library is None:
-            pool = self._discrete.unique_projection(
-                _sobol(max(64 * q, 1024), d, seed=seed)
-            )
+            pool = _sobol(max(64 * q, 1024), d, seed=seed)
+            if box is not None:
+                pool = box[0] + (box[1] - box[0]) * pool
+            pool = self._discrete.unique_projection(pool)
         else:
             perm = torch.randperm(
                 library.shape[0], generator=torch.Generator().manual_seed(seed)
             )
             pool = library[perm]
+            if box is not None:
+                inside = ((pool >= box[0]) & (pool <= box[1])).all(-1)
+                pool = torch.cat([pool[inside], pool[~inside]])
         pool = pool[feasible(pool)]
         if pool.shape[0] == 0:
             raise SearchSpaceExhausted(
@@ -535,6 +567,12 @@ def hyperparameters_kept(sketch: dict[str, Any] | None, n: int, growth: float) -
     ``sketch``, a ``SketchState`` dict; ``None``: no fit yet) at ``n`` points:
     while ``n < (1 + growth) num_fit_points``."""
     return sketch is not None and n < (1.0 + growth) * int(sketch["num_fit_points"])
+
+
+def _box(center: Tensor, length: float) -> Tensor:
+    r"""``2 x d`` bounds of the cube of side ``length`` around ``center``, clipped
+    to ``[0, 1]^d`` (a restart's design region, module docstring step 3)."""
+    return torch.stack([center - length / 2, center + length / 2]).clamp(0.0, 1.0)
 
 
 def min_region_points(dim: int) -> int:

@@ -56,6 +56,7 @@ def test_registered_with_its_options():
         ({"batch_size": 0}, "batch_size must be a positive int"),
         ({"num_candidates": 0}, "num_candidates"),
         ({"region_fit": "lukewarm"}, "region_fit must be one of"),
+        ({"restart": "elsewhere"}, "restart must be one of"),
         ({"refit_growth": -0.1}, "refit_growth"),
         ({"one_hot_lengthscales": "tied"}, "one_hot_lengthscales must be one of"),
     ],
@@ -91,6 +92,75 @@ def test_batches_stay_in_the_bounds_and_restart(thompson, incumbent):
         lengths.append(last_metadata(client)["length"])
     assert restarts[-1] >= 1
     assert all(length in (0.8, 1.6) for length in lengths)
+
+
+def test_an_incumbent_restart_reopens_the_region_with_its_data():
+    # length_min = 0.5: the first shrink collapses the region. With
+    # restart="reopen" it reopens at length_init around the best point, keeps
+    # its data and its best value, and needs no new design.
+    client = make_client(
+        "turbo-bkb",
+        initialization_budget=4,
+        length_min=0.5,
+        num_candidates=200,
+        restart="reopen",
+    )
+    run_trials(client, "branin", total=4)
+    for _ in range(8):
+        for index, p in get_next_batch(client, max_batch_size=6).items():
+            client.complete_trial(index, raw_data=evaluate("branin", p))
+        assert "design" not in last_metadata(client)
+    run = client._generation_strategy._generator_runs[-1]
+    saved = run._generator_state_after_gen["region_state"]
+    values = [
+        -float(t.lookup_data().df["mean"].iloc[0])
+        for t in client._experiment.trials.values()
+        if t.status.is_completed
+    ]
+    assert saved["region_start"] == 0 and saved["trust_region"]["restarts"] >= 1
+    assert saved["trust_region"]["best_value"] == pytest.approx(max(values))
+    assert last_metadata(client)["length"] in (0.8, 1.6)
+
+
+def test_an_incumbent_restart_keeps_the_best_point_and_designs_around_it():
+    # restart="incumbent": a collapsed region's data are dropped except its best
+    # point, and the new region's design lies in the box of side length_init
+    # around it; the best value is kept, so the region stays centred there until
+    # a new point beats it.
+    client = make_client(
+        "turbo-bkb",
+        initialization_budget=4,
+        length_min=0.5,
+        num_candidates=200,
+        restart="incumbent",
+    )
+    run_trials(client, "branin", total=4)
+    for _ in range(12):
+        before = len(arms_of(client))
+        trials = get_next_batch(client, max_batch_size=3)
+        for index, p in trials.items():
+            client.complete_trial(index, raw_data=evaluate("branin", p))
+        run = region_runs(client)[-1]
+        saved = run._generator_state_after_gen["region_state"]
+        if saved["trust_region"]["restarts"] >= 1 and saved["region_keep"]:
+            break
+    else:
+        pytest.fail("the region never restarted")
+    (best,) = saved["region_keep"]
+    assert saved["region_start"] == before
+    values = [
+        -float(t.lookup_data().df["mean"].iloc[0])
+        for t in client._experiment.trials.values()
+        if t.status.is_completed
+    ][:before]
+    assert best == max(range(before), key=values.__getitem__)
+    assert saved["trust_region"]["best_value"] == pytest.approx(max(values))
+    assert last_metadata(client)["design"] == "sobol"
+    center = arms_of(client)[best]
+    # Branin's box is [-5, 10] x [0, 15]: side 0.8 in the unit cube is 12 units.
+    for p in arms_of(client)[before:]:
+        assert abs(p["x0"] - center["x0"]) <= 6.0 + 1e-9
+        assert abs(p["x1"] - center["x1"]) <= 6.0 + 1e-9
 
 
 def test_batch_size_caps_the_batch_and_integers_are_integers():
@@ -268,17 +338,19 @@ def test_the_first_region_starts_at_length_init():
 
 
 @pytest.mark.parametrize(
-    "region_fit, refit_growth", [("cold", 0.3), ("periodic", 0.3), ("warm", 0.3)]
+    "region_fit, restart",
+    [("cold", "sobol"), ("periodic", "reopen"), ("warm", "sobol")],
 )
 def test_json_save_load_mid_run_continues_with_the_same_arms(
-    tmp_path, region_fit, refit_growth
+    tmp_path, region_fit, restart
 ):
     options = {
         "initialization_budget": 4,
         "length_min": 0.5,
         "num_candidates": 300,
         "region_fit": region_fit,
-        "refit_growth": refit_growth,
+        "refit_growth": 0.3,
+        "restart": restart,
     }
     uninterrupted = make_client("turbo-bkb", **options)
     run_trials(uninterrupted, "branin", total=4, json_exact=True)
