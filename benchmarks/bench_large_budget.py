@@ -210,6 +210,7 @@ METHODS = (
     "turbo-bkb-joint",
     "turbo-bkb-ri",
     "turbo-bkb-reopen",
+    "turbo-bkb-reopen-g0.1",
     "turbo-bkb-fit300",
     "turbo-bkb-fit600",
     "turbo-bkb-fit1000",
@@ -243,6 +244,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-joint": ("turbo-bkb", {"thompson": "joint"}),
     "turbo-bkb-ri": ("turbo-bkb", {"restart": "incumbent"}),
     "turbo-bkb-reopen": ("turbo-bkb", {"restart": "reopen"}),
+    "turbo-bkb-reopen-g0.1": (
+        "turbo-bkb",
+        {"restart": "reopen", "region_fit": "periodic", "refit_growth": 0.1},
+    ),
     "turbo-bkb-path-a5000": (
         "turbo-bkb",
         {"thompson": "pathwise", "num_candidates": 5000},

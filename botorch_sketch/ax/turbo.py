@@ -38,14 +38,16 @@ NeurIPS 2019) with the sketched GP as the region's model
    the region's data are *dropped* from the model (they stay in the
    experiment): the next points are a fresh scrambled Sobol design in the whole
    cube until the new region has ``2 d`` points, and the region state starts
-   again at ``length_init``. With ``restart="incumbent"`` the collapsed region
-   reopens instead: side ``length_init`` around the same incumbent, counters
-   reset, its data and best value kept, no new design. The first sweep of a
-   region finds the coordinates of a good basin, but a collapse usually means
-   some of them are in a wrong local valley; a fresh design forgets all of them,
-   a reopened region searches again from them at every scale down to
-   ``length_min`` (one halving per failed batch). The region's data then keep
-   growing, so each fit costs more (a sketch past the device's exact size).
+   again at ``length_init``. With ``restart="incumbent"`` only the region's best
+   point is kept: the design is drawn in the cube of side ``length_init``
+   around it (clipped to the space), and the new region, centred on the best
+   point until a new one beats it, starts from that point's value. With
+   ``restart="reopen"`` the region keeps its data and best value and reopens
+   at ``length_init`` around the same incumbent, without a design; its data
+   then keep growing, so its fits cost more at every call. A collapsed region
+   has found a basin whose coordinates are partly right; a fresh design forgets
+   all of them, the other two search again around them at every scale down to
+   ``length_min`` (one halving per failed batch).
 
 **Parameter constraints and libraries.** Candidates that violate Ax's linear
 parameter constraints are dropped. With a ``candidate_set`` (a finite library),
@@ -77,6 +79,7 @@ in the region's kernel (:func:`~botorch_sketch.trust_region.region_covar_module`
 do not pile onto them.
 
 **State.** The region state, the index where the region's data start, the
+rows kept from before it (the best point, ``restart="incumbent"``), the
 number of observations seen and the sketch state (the last fit's
 hyperparameters; none with ``region_fit="cold"``) are the
 generator's ``_get_state()``: Ax stores them in ``generator_state_after_gen``
@@ -204,9 +207,12 @@ class TurboGenerator(TorchGenerator):
             ``"warm"`` (from the previous call's sketch state, refitted on
             ``NystromGP``'s schedule).
         restart: ``"sobol"`` (a collapsed region's data dropped and a new
-            region started from a Sobol design in the whole space, as TuRBO-1)
-            or ``"incumbent"`` (the region reopened at ``length_init`` around
-            its incumbent with its data kept; module docstring, step 3).
+            region started from a Sobol design in the whole space, as TuRBO-1),
+            ``"incumbent"`` (the same, but the design in the cube of side
+            ``length_init`` around the region's best point, which the new
+            region keeps) or ``"reopen"`` (the region reopened at
+            ``length_init`` around its incumbent, its data kept); module
+            docstring, step 3.
         one_hot_lengthscales: ``"shared"`` (one lengthscale per categorical
             parameter: every two of its values equally far apart, as BoTorch's
             ``CategoricalKernel``) or ``"per_column"`` (one per one-hot column,
