@@ -383,7 +383,10 @@ from botorch_sketch.ax.turbo import (  # noqa: E402
     TurboGenerators,
     turbo_generator_kwargs,
 )
-from botorch_sketch.trust_region.model import REGION_FIT_TOLERANCE  # noqa: E402
+from botorch_sketch.trust_region.model import (  # noqa: E402
+    REGION_FIT_TOLERANCE,
+    REGION_REFIT_GROWTH,
+)
 
 _RECIPES["turbo-bkb"] = StrategyRecipe(
     name="turbo-bkb",
@@ -394,6 +397,7 @@ _RECIPES["turbo-bkb"] = StrategyRecipe(
     options={
         **_SKETCH_OPTIONS,
         "fit_tolerance": REGION_FIT_TOLERANCE,
+        "refit_growth": REGION_REFIT_GROWTH,
         **TURBO_OPTIONS,
     },
     single_objective=True,

@@ -353,7 +353,9 @@ class TurboGenerator(TorchGenerator):
         )
         region_X, region_Y = X[rows], Y[rows]
         warm = self.region_fit == "warm"
-        periodic = self.region_fit == "periodic"
+        # A reopened region refits on the periodic schedule (module docstring).
+        reopened = self.restart == "reopen" and state.restarts > 0
+        periodic = self.region_fit == "periodic" or (reopened and not warm)
         growth = float(
             self.model_options.get("refit_growth", FIT_OPTION_DEFAULTS["refit_growth"])
         )
@@ -385,7 +387,7 @@ class TurboGenerator(TorchGenerator):
                 sketch = model.sketch_state().to_dict() if warm or periodic else None
                 self.surrogate.model = model
                 info["dictionary_size"] = model.dictionary_size
-                info["fitted"] = not keep
+                info["fitted"] = not hold
         points = X.new_zeros(0, d)
         if self.surrogate.model is not None and start < num_obs:
             model = self._hallucinate(self.surrogate.model, torch_opt_config)

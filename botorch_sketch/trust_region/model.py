@@ -43,6 +43,7 @@ __all__ = [
     "LENGTHSCALE_LOWER_BOUND",
     "REGION_FIT_TOLERANCE",
     "REGION_MIN_FIT_SUBSET_SIZE",
+    "REGION_REFIT_GROWTH",
     "fit_region_model",
     "incumbent",
     "lengthscales",
@@ -78,6 +79,13 @@ def region_fit_subset_size(X: Tensor) -> int:
 #: coordinates that barely matter). TuRBO's reference code stops after 50 Adam
 #: steps.
 REGION_FIT_TOLERANCE = 1e-7
+
+#: Growth of a region's data (a fraction of the points of the last fit) after
+#: which a region on the periodic schedule (``"turbo-bkb"``'s
+#: ``region_fit="periodic"``, and every reopened region) is fitted again; in
+#: between the posterior takes the new points with the last fit's
+#: hyperparameters.
+REGION_REFIT_GROWTH = 0.1
 
 
 #: Lower bound of the lengthscales of BoTorch's dimension-scaled RBF kernel.
