@@ -107,6 +107,16 @@ batches of ``--batch``):
   ``turbo-bkb`` rows of those problems were relabelled ``turbo-bkb-joint``, and
   the ``turbo-bkb-path`` rows of ``ackley20`` and ``levy20`` (4,000 candidates at
   every call there, so the same algorithm as ``"auto"``) ``turbo-bkb``.
+- ``turbo-bkb-ri`` (rows only, commit 33eabaf): ``"turbo-bkb"`` with a restart
+  option since removed, ``restart="incumbent"`` (a collapsed region's data
+  dropped but its best point, the new design in the cube of side
+  ``length_init`` around it): level with TuRBO's fresh design.
+- ``turbo-bkb-reopen``: ``"turbo-bkb"`` with ``restart="reopen"`` (a collapsed
+  region reopened at ``length_init`` around its incumbent with its data kept,
+  fitted on the periodic schedule from then on, ``refit_growth=0.1``);
+  ``turbo-bkb-reopen-cold`` (rows only, commit 4616f7e) the same with a cold fit
+  at every call; ``turbo-bkb-reopen-g0.1`` with ``region_fit="periodic"`` from
+  the first region on.
 - ``turbo-bkb-product`` (rows only; ``mixed10``): ``"turbo-bkb"`` with the
   shared one-hot lengthscales as a ``ProductKernel`` of per-group RBF kernels
   (commits f4cc0ab-49f3c4d): the same kernel as ``GroupedRBFKernel`` (commit
@@ -208,7 +218,6 @@ METHODS = (
     "turbo-bkb-path",
     "turbo-bkb-path-a5000",
     "turbo-bkb-joint",
-    "turbo-bkb-ri",
     "turbo-bkb-reopen",
     "turbo-bkb-reopen-g0.1",
     "turbo-bkb-fit300",
@@ -242,7 +251,6 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-ard": ("turbo-bkb", {"one_hot_lengthscales": "per_column"}),
     "turbo-bkb-path": ("turbo-bkb", {"thompson": "pathwise"}),
     "turbo-bkb-joint": ("turbo-bkb", {"thompson": "joint"}),
-    "turbo-bkb-ri": ("turbo-bkb", {"restart": "incumbent"}),
     "turbo-bkb-reopen": ("turbo-bkb", {"restart": "reopen"}),
     "turbo-bkb-reopen-g0.1": (
         "turbo-bkb",

@@ -38,16 +38,16 @@ NeurIPS 2019) with the sketched GP as the region's model
    the region's data are *dropped* from the model (they stay in the
    experiment): the next points are a fresh scrambled Sobol design in the whole
    cube until the new region has ``2 d`` points, and the region state starts
-   again at ``length_init``. With ``restart="incumbent"`` only the region's best
-   point is kept: the design is drawn in the cube of side ``length_init``
-   around it (clipped to the space), and the new region, centred on the best
-   point until a new one beats it, starts from that point's value. With
-   ``restart="reopen"`` the region keeps its data and best value and reopens
-   at ``length_init`` around the same incumbent, without a design; its data
-   then keep growing, so its fits cost more at every call. A collapsed region
-   has found a basin whose coordinates are partly right; a fresh design forgets
-   all of them, the other two search again around them at every scale down to
-   ``length_min`` (one halving per failed batch).
+   again at ``length_init``. With ``restart="reopen"`` the region keeps its data
+   and its best value and reopens at ``length_init`` around the same
+   incumbent, without a design, and from then on it is fitted on the periodic
+   schedule (``refit_growth``: hundreds of points whose hyperparameters a batch
+   barely moves). A collapsed region has found a basin whose coordinates are
+   partly right; a fresh design forgets all of them, a reopened region searches
+   again around them at every scale down to ``length_min`` (one halving per
+   failed batch), with a model that knows the basin. Keeping only the best
+   point and drawing the new design around it measured level with the fresh
+   design (``benchmarks/results/large_budget.md``): the data are what helps.
 
 **Parameter constraints and libraries.** Candidates that violate Ax's linear
 parameter constraints are dropped. With a ``candidate_set`` (a finite library),
@@ -79,7 +79,6 @@ in the region's kernel (:func:`~botorch_sketch.trust_region.region_covar_module`
 do not pile onto them.
 
 **State.** The region state, the index where the region's data start, the
-rows kept from before it (the best point, ``restart="incumbent"``), the
 number of observations seen and the sketch state (the last fit's
 hyperparameters; none with ``region_fit="cold"``) are the
 generator's ``_get_state()``: Ax stores them in ``generator_state_after_gen``
@@ -169,7 +168,7 @@ ONE_HOT_LENGTHSCALES = ("shared", "per_column")
 REGION_FITS = ("cold", "periodic", "warm")
 
 #: Where a collapsed region starts again (module docstring, step 3).
-RESTARTS = ("sobol", "incumbent", "reopen")
+RESTARTS = ("sobol", "reopen")
 
 
 class TurboGenerator(TorchGenerator):
@@ -207,12 +206,10 @@ class TurboGenerator(TorchGenerator):
             ``"warm"`` (from the previous call's sketch state, refitted on
             ``NystromGP``'s schedule).
         restart: ``"sobol"`` (a collapsed region's data dropped and a new
-            region started from a Sobol design in the whole space, as TuRBO-1),
-            ``"incumbent"`` (the same, but the design in the cube of side
-            ``length_init`` around the region's best point, which the new
-            region keeps) or ``"reopen"`` (the region reopened at
-            ``length_init`` around its incumbent, its data kept); module
-            docstring, step 3.
+            region started from a Sobol design in the whole space, as TuRBO-1)
+            or ``"reopen"`` (the region reopened at ``length_init`` around its
+            incumbent, its data kept, then fitted on the periodic schedule);
+            module docstring, step 3.
         one_hot_lengthscales: ``"shared"`` (one lengthscale per categorical
             parameter: every two of its values equally far apart, as BoTorch's
             ``CategoricalKernel``) or ``"per_column"`` (one per one-hot column,
@@ -339,7 +336,6 @@ class TurboGenerator(TorchGenerator):
         else:
             state = TrustRegionState(dim=d, batch_size=q, **self.settings)
         start = int(saved.get("region_start", 0))
-        keep = [int(i) for i in saved.get("region_keep", [])]
         seen = int(saved.get("num_seen", 0))
         sketch = saved.get("sketch_state")
         info: dict[str, Any] = {}
@@ -348,10 +344,7 @@ class TurboGenerator(TorchGenerator):
         call_seed = (self.seed * 1_000_003 + num_obs + 7919 * num_pending) % (2**31 - 1)
         info["num_pending"] = num_pending
         feasible = self._feasibility(torch_opt_config)
-        rows = torch.cat(
-            [torch.tensor(keep, dtype=torch.long), torch.arange(start, num_obs)]
-        )
-        region_X, region_Y = X[rows], Y[rows]
+        region_X, region_Y = X[start:], Y[start:]
         warm = self.region_fit == "warm"
         # A reopened region refits on the periodic schedule (module docstring).
         reopened = self.restart == "reopen" and state.restarts > 0
@@ -369,19 +362,14 @@ class TurboGenerator(TorchGenerator):
                 **{"seed": self.seed, **self.model_options, **kept},
             )  # fmt: skip
             state = self._update(
-                state, model, region_X, region_Y, len(keep) + seen - start,
-                min_region_points(d),
-            )  # fmt: skip
+                state, model, region_X, region_Y, seen - start, min_region_points(d)
+            )
             if state.restart_triggered and self.restart == "reopen":
                 logger.info("turbo-bkb: region reopens after %d points.", num_obs)
                 state = replace(restart_state(state), best_value=state.best_value)
             if state.restart_triggered:
                 logger.info("turbo-bkb: region restarts after %d points.", num_obs)
-                best = int(rows[int(region_Y.reshape(-1).argmax())])
-                keep = [best] if self.restart == "incumbent" else []
                 state, start, sketch = restart_state(state), num_obs, None
-                if keep:
-                    state = replace(state, best_value=float(Y[best]))
                 self.surrogate.model = None
             else:
                 sketch = model.sketch_state().to_dict() if warm or periodic else None
@@ -400,13 +388,11 @@ class TurboGenerator(TorchGenerator):
                 discrete=self._discrete,
             )  # fmt: skip
         if points.shape[0] == 0:
-            box = _box(X[keep[0]], state.length) if keep else None
-            points = self._design(q, d, call_seed + state.restarts, feasible, box)
+            points = self._design(q, d, call_seed + state.restarts, feasible)
             info["design"] = "sobol"
         self.region_state = {
             "trust_region": state.to_dict(),
             "region_start": start,
-            "region_keep": keep,
             "num_seen": num_obs,
             "sketch_state": sketch,
         }
@@ -511,30 +497,20 @@ class TurboGenerator(TorchGenerator):
         return feasible
 
     def _design(
-        self,
-        q: int,
-        d: int,
-        seed: int,
-        feasible: Callable[[Tensor], Tensor],
-        box: Tensor | None = None,
+        self, q: int, d: int, seed: int, feasible: Callable[[Tensor], Tensor]
     ) -> Tensor:
-        r"""A region's space-filling points: scrambled Sobol (or random library
-        rows), feasible ones only, in ``box`` (``2 x d`` unit-cube bounds; a
-        library's rows there first) or the whole cube."""
+        r"""A restart's space-filling points: scrambled Sobol (or random library
+        rows), feasible ones only."""
         library = self._unit_library()
         if library is None:
-            pool = _sobol(max(64 * q, 1024), d, seed=seed)
-            if box is not None:
-                pool = box[0] + (box[1] - box[0]) * pool
-            pool = self._discrete.unique_projection(pool)
+            pool = self._discrete.unique_projection(
+                _sobol(max(64 * q, 1024), d, seed=seed)
+            )
         else:
             perm = torch.randperm(
                 library.shape[0], generator=torch.Generator().manual_seed(seed)
             )
             pool = library[perm]
-            if box is not None:
-                inside = ((pool >= box[0]) & (pool <= box[1])).all(-1)
-                pool = torch.cat([pool[inside], pool[~inside]])
         pool = pool[feasible(pool)]
         if pool.shape[0] == 0:
             raise SearchSpaceExhausted(
@@ -575,12 +551,6 @@ def hyperparameters_kept(sketch: dict[str, Any] | None, n: int, growth: float) -
     ``sketch``, a ``SketchState`` dict; ``None``: no fit yet) at ``n`` points:
     while ``n < (1 + growth) num_fit_points``."""
     return sketch is not None and n < (1.0 + growth) * int(sketch["num_fit_points"])
-
-
-def _box(center: Tensor, length: float) -> Tensor:
-    r"""``2 x d`` bounds of the cube of side ``length`` around ``center``, clipped
-    to ``[0, 1]^d`` (a restart's design region, module docstring step 3)."""
-    return torch.stack([center - length / 2, center + length / 2]).clamp(0.0, 1.0)
 
 
 def min_region_points(dim: int) -> int:

@@ -132,47 +132,6 @@ def test_a_reopened_region_keeps_its_data_and_refits_periodically():
     assert all(fitted[: first + 2]) and not all(fitted[first + 2 :])
 
 
-def test_an_incumbent_restart_keeps_the_best_point_and_designs_around_it():
-    # restart="incumbent": a collapsed region's data are dropped except its best
-    # point, and the new region's design lies in the box of side length_init
-    # around it; the best value is kept, so the region stays centred there until
-    # a new point beats it.
-    client = make_client(
-        "turbo-bkb",
-        initialization_budget=4,
-        length_min=0.5,
-        num_candidates=200,
-        restart="incumbent",
-    )
-    run_trials(client, "branin", total=4)
-    for _ in range(12):
-        before = len(arms_of(client))
-        trials = get_next_batch(client, max_batch_size=3)
-        for index, p in trials.items():
-            client.complete_trial(index, raw_data=evaluate("branin", p))
-        run = region_runs(client)[-1]
-        saved = run._generator_state_after_gen["region_state"]
-        if saved["trust_region"]["restarts"] >= 1 and saved["region_keep"]:
-            break
-    else:
-        pytest.fail("the region never restarted")
-    (best,) = saved["region_keep"]
-    assert saved["region_start"] == before
-    values = [
-        -float(t.lookup_data().df["mean"].iloc[0])
-        for t in client._experiment.trials.values()
-        if t.status.is_completed
-    ][:before]
-    assert best == max(range(before), key=values.__getitem__)
-    assert saved["trust_region"]["best_value"] == pytest.approx(max(values))
-    assert last_metadata(client)["design"] == "sobol"
-    center = arms_of(client)[best]
-    # Branin's box is [-5, 10] x [0, 15]: side 0.8 in the unit cube is 12 units.
-    for p in arms_of(client)[before:]:
-        assert abs(p["x0"] - center["x0"]) <= 6.0 + 1e-9
-        assert abs(p["x1"] - center["x1"]) <= 6.0 + 1e-9
-
-
 def test_batch_size_caps_the_batch_and_integers_are_integers():
     client = Client(random_seed=0)
     client.configure_experiment(
