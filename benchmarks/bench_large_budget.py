@@ -112,11 +112,11 @@ batches of ``--batch``):
   dropped but its best point, the new design in the cube of side
   ``length_init`` around it): level with TuRBO's fresh design.
 - ``turbo-bkb-reopen``: ``"turbo-bkb"`` with ``restart="reopen"`` (a collapsed
-  region reopened at ``length_init`` around its incumbent with its data kept,
-  fitted on the periodic schedule from then on, ``refit_growth=0.1``);
-  ``turbo-bkb-reopen-cold`` (rows only, commit 4616f7e) the same with a cold fit
-  at every call; ``turbo-bkb-reopen-g0.1`` with ``region_fit="periodic"`` from
-  the first region on.
+  region reopened at ``length_init`` around its incumbent with its data kept);
+  ``turbo-bkb-reopen-g0.1`` also with ``region_fit="periodic"``,
+  ``refit_growth=0.1``; ``turbo-bkb-reopen-p`` (rows only, commit 2cb57b7):
+  fitted on the periodic schedule (``refit_growth=0.1``) from the first reopen
+  on.
 - ``turbo-bkb-product`` (rows only; ``mixed10``): ``"turbo-bkb"`` with the
   shared one-hot lengthscales as a ``ProductKernel`` of per-group RBF kernels
   (commits f4cc0ab-49f3c4d): the same kernel as ``GroupedRBFKernel`` (commit

@@ -40,14 +40,14 @@ NeurIPS 2019) with the sketched GP as the region's model
    cube until the new region has ``2 d`` points, and the region state starts
    again at ``length_init``. With ``restart="reopen"`` the region keeps its data
    and its best value and reopens at ``length_init`` around the same
-   incumbent, without a design, and from then on it is fitted on the periodic
-   schedule (``refit_growth``: hundreds of points whose hyperparameters a batch
-   barely moves). A collapsed region has found a basin whose coordinates are
-   partly right; a fresh design forgets all of them, a reopened region searches
-   again around them at every scale down to ``length_min`` (one halving per
-   failed batch), with a model that knows the basin. Keeping only the best
-   point and drawing the new design around it measured level with the fresh
-   design (``benchmarks/results/large_budget.md``): the data are what helps.
+   incumbent, without a design. A collapsed region has found a basin whose
+   coordinates are partly right; a fresh design forgets all of them, a reopened
+   region searches again around them at every scale down to ``length_min`` (one
+   halving per failed batch), with a model that knows the basin. Its data keep
+   growing, so its fits cost more (``region_fit="periodic"`` bounds that).
+   Keeping only the best point and drawing the new design around it measured
+   level with the fresh design (``benchmarks/results/large_budget.md``): the
+   data are what helps.
 
 **Parameter constraints and libraries.** Candidates that violate Ax's linear
 parameter constraints are dropped. With a ``candidate_set`` (a finite library),
@@ -208,8 +208,7 @@ class TurboGenerator(TorchGenerator):
         restart: ``"sobol"`` (a collapsed region's data dropped and a new
             region started from a Sobol design in the whole space, as TuRBO-1)
             or ``"reopen"`` (the region reopened at ``length_init`` around its
-            incumbent, its data kept, then fitted on the periodic schedule);
-            module docstring, step 3.
+            incumbent, its data kept); module docstring, step 3.
         one_hot_lengthscales: ``"shared"`` (one lengthscale per categorical
             parameter: every two of its values equally far apart, as BoTorch's
             ``CategoricalKernel``) or ``"per_column"`` (one per one-hot column,
@@ -346,9 +345,7 @@ class TurboGenerator(TorchGenerator):
         feasible = self._feasibility(torch_opt_config)
         region_X, region_Y = X[start:], Y[start:]
         warm = self.region_fit == "warm"
-        # A reopened region refits on the periodic schedule (module docstring).
-        reopened = self.restart == "reopen" and state.restarts > 0
-        periodic = self.region_fit == "periodic" or (reopened and not warm)
+        periodic = self.region_fit == "periodic"
         growth = float(
             self.model_options.get("refit_growth", FIT_OPTION_DEFAULTS["refit_growth"])
         )
