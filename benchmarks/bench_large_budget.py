@@ -112,7 +112,9 @@ batches of ``--batch``):
   dropped but its best point, the new design in the cube of side
   ``length_init`` around it): level with TuRBO's fresh design.
 - ``turbo-bkb-reopen``: ``"turbo-bkb"`` with ``restart="reopen"`` (a collapsed
-  region reopened at ``length_init`` around its incumbent with its data kept);
+  region reopened at ``length_init`` around its incumbent with its data kept;
+  the rows of commit 4616f7e ran it under the option's first name,
+  ``restart="incumbent"``);
   ``turbo-bkb-reopen-g0.1`` also with ``region_fit="periodic"``,
   ``refit_growth=0.1``; ``turbo-bkb-reopen-p`` (rows only, commit 2cb57b7):
   fitted on the periodic schedule (``refit_growth=0.1``) from the first reopen

@@ -82,9 +82,8 @@ REGION_FIT_TOLERANCE = 1e-7
 
 #: Growth of a region's data (a fraction of the points of the last fit) after
 #: which a region on the periodic schedule (``"turbo-bkb"``'s
-#: ``region_fit="periodic"``, and every reopened region) is fitted again; in
-#: between the posterior takes the new points with the last fit's
-#: hyperparameters.
+#: ``region_fit="periodic"``) is fitted again; in between the posterior takes
+#: the new points with the last fit's hyperparameters.
 REGION_REFIT_GROWTH = 0.1
 
 
