@@ -66,9 +66,10 @@ batches of ``--batch``):
 - ``turbo-bkb-init1.6``: ``"turbo-bkb"`` with ``length_init=1.6``.
 - ``turbo-bkb-ft2`` / ``turbo-bkb-ft3``: ``"turbo-bkb"`` with
   ``failure_tolerance=2`` / ``3``.
-- ``turbo-bkb-scipyftol`` / ``turbo-bkb-ftol6`` / ``turbo-bkb-ftol7``:
-  ``"turbo-bkb"`` with ``fit_tolerance=None`` (SciPy's L-BFGS-B ``ftol``, the
-  default before commit b7b28d8) / ``1e-6`` / ``1e-7``.
+- ``turbo-bkb-scipyftol`` / ``turbo-bkb-ftol6`` / ``turbo-bkb-ftol7`` /
+  ``turbo-bkb-ftol8``: ``"turbo-bkb"`` with ``fit_tolerance=None`` (SciPy's
+  L-BFGS-B ``ftol``, the default before commit b7b28d8) / ``1e-6`` / ``1e-7`` /
+  ``1e-8``.
 - ``turbo-bkb-mps`` (rows only, not runnable): ``"turbo-bkb"`` before its joint
   Thompson samples were drawn by ``NystromGP.sample_joint`` from a seeded
   generator (commit e822bdc; before, BoTorch's ``MaxPosteriorSampling`` drew them
@@ -235,6 +236,7 @@ METHODS = (
     "turbo-bkb-scipyftol",
     "turbo-bkb-ftol6",
     "turbo-bkb-ftol7",
+    "turbo-bkb-ftol8",
     "bbkb-r5",
     "bbkb-basin0.34",
     "bbkb-basin0.5",
@@ -275,6 +277,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-scipyftol": ("turbo-bkb", {"fit_tolerance": None}),
     "turbo-bkb-ftol6": ("turbo-bkb", {"fit_tolerance": 1e-6}),
     "turbo-bkb-ftol7": ("turbo-bkb", {"fit_tolerance": 1e-7}),
+    "turbo-bkb-ftol8": ("turbo-bkb", {"fit_tolerance": 1e-8}),
     "bbkb-r5": ("bbkb", {"num_restarts": 5}),
     "bbkb-basin0.34": ("bbkb", {"basin_share": 0.34}),
     "bbkb-basin0.5": ("bbkb", {"basin_share": 0.5}),
