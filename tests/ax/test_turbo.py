@@ -38,6 +38,8 @@ def test_registered_with_its_options():
     options = strategy_options("turbo-bkb")
     assert options["length_init"] == 0.8 and options["length_min"] == 0.5**7
     assert options["success_tolerance"] == 3 and options["failure_tolerance"] is None
+    # The periodic schedule's growth every region_fit="periodic" row was run with.
+    assert options["refit_growth"] == 0.1 and options["restart"] == "sobol"
 
 
 @pytest.mark.parametrize(
