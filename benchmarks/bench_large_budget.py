@@ -70,6 +70,9 @@ batches of ``--batch``):
   ``turbo-bkb-ftol8``: ``"turbo-bkb"`` with ``fit_tolerance=None`` (SciPy's
   L-BFGS-B ``ftol``, the default before commit b7b28d8) / ``1e-6`` / ``1e-7`` /
   ``1e-8``.
+- ``turbo-bkb-noise1`` / ``turbo-bkb-noise2``: ``"turbo-bkb"`` with
+  ``noise_tolerance=1`` / ``2`` (a success must beat the incumbent by that many
+  fitted noise standard deviations).
 - ``turbo-bkb-mps`` (rows only, not runnable): ``"turbo-bkb"`` before its joint
   Thompson samples were drawn by ``NystromGP.sample_joint`` from a seeded
   generator (commit e822bdc; before, BoTorch's ``MaxPosteriorSampling`` drew them
@@ -237,6 +240,8 @@ METHODS = (
     "turbo-bkb-ftol6",
     "turbo-bkb-ftol7",
     "turbo-bkb-ftol8",
+    "turbo-bkb-noise1",
+    "turbo-bkb-noise2",
     "bbkb-r5",
     "bbkb-basin0.34",
     "bbkb-basin0.5",
@@ -278,6 +283,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-ftol6": ("turbo-bkb", {"fit_tolerance": 1e-6}),
     "turbo-bkb-ftol7": ("turbo-bkb", {"fit_tolerance": 1e-7}),
     "turbo-bkb-ftol8": ("turbo-bkb", {"fit_tolerance": 1e-8}),
+    "turbo-bkb-noise1": ("turbo-bkb", {"noise_tolerance": 1.0}),
+    "turbo-bkb-noise2": ("turbo-bkb", {"noise_tolerance": 2.0}),
     "bbkb-r5": ("bbkb", {"num_restarts": 5}),
     "bbkb-basin0.34": ("bbkb", {"basin_share": 0.34}),
     "bbkb-basin0.5": ("bbkb", {"basin_share": 0.5}),

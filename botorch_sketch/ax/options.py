@@ -165,6 +165,7 @@ VALIDATORS: dict[str, Validator] = {
     "success_tolerance": _positive_int,
     "failure_tolerance": _optional(_positive_int),
     "improvement_tolerance": _fraction,
+    "noise_tolerance": _finite(0.0, strict=False),
     "num_candidates": _optional(_positive_int),
     "thompson": _one_of(*THOMPSON_SAMPLERS),
     "incumbent": _one_of(*INCUMBENTS),

@@ -25,9 +25,16 @@ NeurIPS 2019) with the sketched GP as the region's model
    lucky noisy draw cannot inflate but which smooth a rugged function's
    improvements away and centre the region off its best point), and
    :func:`~botorch_sketch.trust_region.update_state` expands, shrinks or flags a
-   restart. Then ``q = min(n, batch_size)`` points by Thompson sampling in the
-   region around the incumbent (the best observation, or the point of largest
-   posterior mean with ``incumbent="mean"``): by default samples of the
+   restart. With ``noise_tolerance=c > 0`` a success must also beat the
+   incumbent by ``c`` times the fitted noise standard deviation: near a
+   converged incumbent the best of ``q`` noisy draws often beats the
+   incumbent's own noisy record by a noise-sized margin, and each such
+   "success" delays the halving that would end the region (TuRBO's relative
+   tolerance, ``1e-3 |b|``, is far below the noise wherever ``|b|`` is small
+   against ``1000`` noise standard deviations). Then ``q = min(n, batch_size)``
+   points by Thompson sampling in the region around the incumbent (the best
+   observation, or the point of largest posterior mean with
+   ``incumbent="mean"``): by default samples of the
    model's joint posterior over the region's candidates, drawn from the ``A x
    A`` factor where the device affords it and by Matheron's rule beyond
    (``thompson="auto"``; ``"joint"``, ``"pathwise"`` force one);
@@ -112,7 +119,7 @@ from torch.quasirandom import SobolEngine
 from botorch_sketch.ax.encoding import discrete_columns
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.models.nystrom_inputs import FIT_OPTION_DEFAULTS
-from botorch_sketch.models.validation import check_choice
+from botorch_sketch.models.validation import check_choice, check_nonnegative_number
 from botorch_sketch.trust_region import (
     THOMPSON_SAMPLERS,
     DiscreteColumns,
@@ -121,6 +128,7 @@ from botorch_sketch.trust_region import (
     fit_region_model,
     generate_batch,
     incumbent,
+    noise_sd,
     restart_state,
     update_state,
 )
@@ -149,6 +157,7 @@ TURBO_OPTIONS: dict[str, Any] = {
     "success_tolerance": 3,
     "failure_tolerance": None,
     "improvement_tolerance": 1e-3,
+    "noise_tolerance": 0.0,
     "num_candidates": None,
     "thompson": "auto",
     "incumbent": "observed",
@@ -180,6 +189,11 @@ class TurboGenerator(TorchGenerator):
         length_init, length_min, length_max, success_tolerance,
             failure_tolerance, improvement_tolerance: As
             :class:`~botorch_sketch.trust_region.TrustRegionState`.
+        noise_tolerance: ``c >= 0``: a batch is a success only if it also
+            improves the incumbent by more than ``c`` times the region model's
+            fitted noise standard deviation (in the objective's units;
+            :func:`~botorch_sketch.trust_region.update_state`'s ``floor``). ``0``
+            (the default) is TuRBO's rule; module docstring, step 2.
         num_candidates: Thompson-sampling candidates per batch (``None``:
             ``min(5000, max(2000, 200 d))``, ``d`` the model space's width: a
             one-hot encoded categorical counts one column per value; counting
@@ -233,6 +247,7 @@ class TurboGenerator(TorchGenerator):
         success_tolerance: int = 3,
         failure_tolerance: int | None = None,
         improvement_tolerance: float = 1e-3,
+        noise_tolerance: float = 0.0,
         num_candidates: int | None = None,
         thompson: str = "auto",
         incumbent: str = "observed",
@@ -259,6 +274,9 @@ class TurboGenerator(TorchGenerator):
             raise ValueError(
                 f"region_state must be a dict, got {type(region_state).__name__}."
             )
+        self.noise_tolerance = float(
+            check_nonnegative_number(noise_tolerance, "noise_tolerance")
+        )
         self.batch_size = batch_size
         self.num_candidates = num_candidates
         self.thompson = check_choice(thompson, THOMPSON_SAMPLERS, "thompson")
@@ -453,7 +471,8 @@ class TurboGenerator(TorchGenerator):
         if old < design or old >= X.shape[0]:  # the region's design, or no batch
             return replace(state, best_value=best(slice(None)))
         before, batch = best(slice(None, old)), best(slice(old, None))
-        return update_state(replace(state, best_value=before), batch)
+        floor = self.noise_tolerance and self.noise_tolerance * noise_sd(model, X)
+        return update_state(replace(state, best_value=before), batch, floor=floor)
 
     def _center(self, Y: Tensor) -> int | None:
         r"""The region's centre row: ``None`` (largest posterior mean) or the best
@@ -608,6 +627,7 @@ def turbo_generator_kwargs(
         "region_fit",
         "restart",
         "one_hot_lengthscales",
+        "noise_tolerance",
     )
     generator = {key: settings.pop(key) for key in own}
     TrustRegionState(dim=1, batch_size=1, **settings)

@@ -18,6 +18,7 @@ from botorch_sketch.trust_region.discrete import DiscreteColumns
 from botorch_sketch.trust_region.model import (
     fit_region_model,
     incumbent,
+    noise_sd,
     region_covar_module,
 )
 from botorch_sketch.trust_region.state import (
@@ -36,6 +37,7 @@ __all__ = [
     "generate_batch",
     "incumbent",
     "is_improvement",
+    "noise_sd",
     "perturbed_candidates",
     "region_bounds",
     "region_covar_module",

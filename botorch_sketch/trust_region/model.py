@@ -47,6 +47,7 @@ __all__ = [
     "fit_region_model",
     "incumbent",
     "lengthscales",
+    "noise_sd",
     "region_covar_module",
     "region_fit_subset_size",
     "region_is_exact",
@@ -226,6 +227,19 @@ def incumbent(model: NystromGP, X: Tensor) -> tuple[int, float]:
         mean = model.posterior_mean(X).reshape(-1)
     index = int(mean.argmax())
     return index, float(mean[index])
+
+
+def noise_sd(model: NystromGP, X: Tensor) -> float:
+    r"""The fitted observation noise's standard deviation, in the units of the
+    model's training values (after its outcome transform is undone): the
+    difference of the predictive and the latent posterior variance at the
+    first row of ``X`` (``n x d``; the likelihood's noise is homoskedastic)."""
+    if X.dim() != 2 or X.shape[0] == 0:
+        raise ValueError(f"X must be a non-empty n x d tensor, got {tuple(X.shape)}.")
+    with torch.no_grad():
+        latent = model.posterior(X[:1]).variance
+        noisy = model.posterior(X[:1], observation_noise=True).variance
+    return float((noisy - latent).clamp_min(0.0).sqrt().max())
 
 
 def lengthscales(model: NystromGP) -> Tensor:

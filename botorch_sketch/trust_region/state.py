@@ -4,7 +4,8 @@ One hyper-rectangle of base side length ``L`` in the unit cube, centred at the
 incumbent. After each batch of ``q`` evaluations:
 
 - a *success* is a batch whose best value ``v`` improves the incumbent ``b`` by
-  more than ``improvement_tolerance * |b|`` (maximisation), else a *failure*;
+  more than ``improvement_tolerance * |b|`` (maximisation), and by more than an
+  absolute ``floor`` where the caller gives one (below), else a *failure*;
 - ``success_tolerance`` (``tau_succ``, 3) consecutive successes double ``L``
   (at most ``length_max``), ``failure_tolerance`` (``tau_fail``, default
   ``ceil(max(4 / q, d / q))``) consecutive failures halve it;
@@ -23,6 +24,15 @@ improvements away (more failures, faster shrinking) and centre the region off
 the best point, so with noise small against the function's differences the
 published rule (observed values) is the default there. The relative tolerance
 ``1e-3 |b|`` depends on the units (and vanishes near ``b = 0``), as published.
+
+The ``floor`` of :func:`is_improvement` and :func:`update_state` (not part of
+the published rule, default 0) is an absolute improvement a success needs in
+the objective's units, e.g. a multiple of the noise's standard deviation: the
+best of ``q`` noisy draws near a converged incumbent beats the incumbent's own
+noisy record by a noise-sized margin often enough to count successes that
+keep a collapsed region from shrinking (:mod:`botorch_sketch.ax.turbo`'s
+``noise_tolerance``). It is an argument, not state: the caller measures it
+anew at each batch.
 """
 
 from __future__ import annotations
@@ -126,25 +136,32 @@ class TrustRegionState:
         return cls(**data)
 
 
-def is_improvement(state: TrustRegionState, value: float) -> bool:
-    r"""Whether ``value > b + improvement_tolerance * |b|`` (``b = best_value``)."""
+def is_improvement(state: TrustRegionState, value: float, floor: float = 0.0) -> bool:
+    r"""Whether ``value > b + max(improvement_tolerance * |b|, floor)``
+    (``b = best_value``; ``floor >= 0`` in the objective's units)."""
     best = state.best_value
     if math.isinf(best):
         return True
-    return value > best + state.improvement_tolerance * abs(best)
+    return value > best + max(state.improvement_tolerance * abs(best), floor)
 
 
-def update_state(state: TrustRegionState, batch_best: float) -> TrustRegionState:
+def update_state(
+    state: TrustRegionState, batch_best: float, floor: float = 0.0
+) -> TrustRegionState:
     r"""The state after a batch whose best value is ``batch_best``.
 
     Counts a success or a failure, doubles ``L`` (capped at ``length_max``) after
     ``tau_succ`` consecutive successes, halves it after ``tau_fail`` consecutive
     failures (each resets its counter), and keeps the larger incumbent.
     :attr:`TrustRegionState.restart_triggered` tells whether to restart.
+    ``floor`` is the absolute improvement a success needs besides the relative
+    one (:func:`is_improvement`; module docstring).
     """
     if not _is_number(batch_best) or math.isnan(batch_best):
         raise ValueError(f"batch_best must be a number, got {batch_best!r}.")
-    if is_improvement(state, batch_best):
+    if not _is_number(floor) or not math.isfinite(floor) or floor < 0:
+        raise ValueError(f"floor must be a finite number >= 0, got {floor!r}.")
+    if is_improvement(state, batch_best, floor):
         success, failure = state.success_counter + 1, 0
     else:
         success, failure = 0, state.failure_counter + 1
