@@ -40,6 +40,7 @@ def test_registered_with_its_options():
     assert options["success_tolerance"] == 3 and options["failure_tolerance"] is None
     # The periodic schedule's growth every region_fit="periodic" row was run with.
     assert options["refit_growth"] == 0.1 and options["restart"] == "sobol"
+    assert options["noise_tolerance"] == 0.0  # TuRBO's success rule
 
 
 @pytest.mark.parametrize(
@@ -60,6 +61,8 @@ def test_registered_with_its_options():
         ({"region_fit": "lukewarm"}, "region_fit must be one of"),
         ({"restart": "elsewhere"}, "restart must be one of"),
         ({"refit_growth": -0.1}, "refit_growth"),
+        ({"noise_tolerance": -1.0}, "noise_tolerance must be a finite number >= 0"),
+        ({"noise_tolerance": float("nan")}, "noise_tolerance"),
         ({"one_hot_lengthscales": "tied"}, "one_hot_lengthscales must be one of"),
     ],
 )
@@ -282,6 +285,33 @@ def test_the_design_completing_batch_sets_the_incumbent_and_counts_nothing():
     assert region["failure_counter"] == 0
     assert region["best_value"] == pytest.approx(max(values))
     assert "design" not in last_metadata(client)
+
+
+@pytest.mark.parametrize("noise_tolerance", [0.0, 1e6])
+def test_noise_tolerance_sets_how_much_a_success_must_gain(noise_tolerance):
+    # Branin (d = 2, q = 6: tau_fail = 1). With a floor of 1e6 fitted noise sds
+    # no batch is a success and every batch halves the region; TuRBO's rule
+    # (0) counts the improving batches of this run as successes.
+    client = make_client(
+        "turbo-bkb",
+        initialization_budget=2,
+        num_candidates=200,
+        noise_tolerance=noise_tolerance,
+    )
+    run_trials(client, "branin", total=2)
+    batches(client, rounds=5)
+    get_next_batch(client, max_batch_size=6)
+    regions = [
+        run._generator_state_after_gen["region_state"]["trust_region"]
+        for run in client._generation_strategy._generator_runs[-5:]
+    ]
+    lengths = [region["length"] for region in regions]
+    if noise_tolerance:
+        # The first of these calls fitted the first model (no batch to count).
+        assert lengths == [0.8 / 2**k for k in range(5)]
+    else:
+        assert lengths[-1] > 0.8 / 2**4
+        assert any(region["success_counter"] > 0 for region in regions)
 
 
 def test_the_first_region_starts_at_length_init():

@@ -16,6 +16,7 @@ from botorch_sketch.trust_region.model import (
     REGION_FIT_TOLERANCE,
     REGION_MIN_FIT_SUBSET_SIZE,
     lengthscales,
+    noise_sd,
     region_covar_module,
 )
 
@@ -108,6 +109,25 @@ def test_region_model_is_exact_where_the_device_affords_it(monkeypatch):
     assert not budget.device_affords_exact(
         slow, 120, 2, budget.device_dictionary_cap(slow, 120, 2)
     )
+
+
+def test_noise_sd_is_the_fitted_noise_in_the_values_units():
+    # The likelihood's noise lives in standardized units; noise_sd undoes the
+    # outcome transform: sqrt(noise) * the training values' sd, and values
+    # scaled by 10 (the same standardized fit) give 10 times the noise sd.
+    g = torch.Generator().manual_seed(3)
+    X = torch.rand(40, 2, generator=g, dtype=torch.float64)
+    noise = 0.3 * torch.randn(40, 1, generator=g, dtype=torch.float64)
+    Y = 100.0 + 5.0 * torch.sin(6 * X).sum(-1, keepdim=True) + noise
+    model = fit_region_model(X, Y, seed=0)
+    scale = model.outcome_transform.stdvs.reshape(-1)[0]
+    expected = float(model.likelihood.noise.detach().mean().sqrt() * scale)
+    assert noise_sd(model, X) == pytest.approx(expected, rel=1e-6)
+    assert 0.1 < noise_sd(model, X) < 1.0  # near the 0.3 drawn
+    scaled = fit_region_model(X, 10.0 * Y, seed=0)
+    assert noise_sd(scaled, X) == pytest.approx(10.0 * noise_sd(model, X), rel=1e-3)
+    with pytest.raises(ValueError, match="non-empty n x d"):
+        noise_sd(model, X[:0])
 
 
 def test_region_fits_stop_at_the_region_fit_tolerance():

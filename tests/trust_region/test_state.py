@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -72,6 +73,26 @@ def test_improvement_needs_the_relative_tolerance():
     assert is_improvement(TrustRegionState(dim=2, batch_size=1), -1e9)  # no best yet
     state = update_state(state, -99.95)
     assert (state.failure_counter, state.best_value) == (1, -99.95)
+
+
+def test_a_floor_turns_noise_sized_improvements_into_failures():
+    state = TrustRegionState(dim=2, batch_size=1, best_value=3.0)  # 1e-3 |b| = 0.003
+    assert is_improvement(state, 3.01)
+    assert not is_improvement(state, 3.01, floor=0.05)
+    assert is_improvement(state, 3.06, floor=0.05)
+    # The relative tolerance still applies where it is the larger one.
+    assert not is_improvement(replace(state, best_value=300.0), 300.2, floor=0.05)
+    assert is_improvement(TrustRegionState(dim=2, batch_size=1), -1e9, floor=1.0)
+    after = update_state(state, 3.04, floor=0.05)
+    assert (after.success_counter, after.failure_counter) == (0, 1)
+    assert after.best_value == 3.04  # the incumbent still moves up
+
+
+@pytest.mark.parametrize("floor", [-0.1, math.nan, math.inf, True, "0.1"])
+def test_the_floor_must_be_a_finite_non_negative_number(floor):
+    state = TrustRegionState(dim=2, batch_size=1, best_value=0.0)
+    with pytest.raises(ValueError, match="floor must be a finite number >= 0"):
+        update_state(state, 1.0, floor=floor)
 
 
 def test_json_round_trip():
