@@ -73,6 +73,9 @@ batches of ``--batch``):
 - ``turbo-bkb-noise1`` / ``turbo-bkb-noise2``: ``"turbo-bkb"`` with
   ``noise_tolerance=1`` / ``2`` (a success must beat the incumbent by that many
   fitted noise standard deviations).
+- ``<name>-sem`` (``turbo-bkb-sem``, ``turbo-bkb-noise1-sem``): the variant with
+  each observation reported to Ax with its standard error (``--noise-sd``), so
+  ``noise_tolerance`` multiplies the reported noise instead of the fitted one.
 - ``turbo-bkb-mps`` (rows only, not runnable): ``"turbo-bkb"`` before its joint
   Thompson samples were drawn by ``NystromGP.sample_joint`` from a seeded
   generator (commit e822bdc; before, BoTorch's ``MaxPosteriorSampling`` drew them
@@ -242,6 +245,8 @@ METHODS = (
     "turbo-bkb-ftol8",
     "turbo-bkb-noise1",
     "turbo-bkb-noise2",
+    "turbo-bkb-sem",
+    "turbo-bkb-noise1-sem",
     "bbkb-r5",
     "bbkb-basin0.34",
     "bbkb-basin0.5",
@@ -285,6 +290,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-ftol8": ("turbo-bkb", {"fit_tolerance": 1e-8}),
     "turbo-bkb-noise1": ("turbo-bkb", {"noise_tolerance": 1.0}),
     "turbo-bkb-noise2": ("turbo-bkb", {"noise_tolerance": 2.0}),
+    "turbo-bkb-sem": ("turbo-bkb", {}),
+    "turbo-bkb-noise1-sem": ("turbo-bkb", {"noise_tolerance": 1.0}),
     "bbkb-r5": ("bbkb", {"num_restarts": 5}),
     "bbkb-basin0.34": ("bbkb", {"basin_share": 0.34}),
     "bbkb-basin0.5": ("bbkb", {"basin_share": 0.5}),
@@ -295,6 +302,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "bbkb-pgtol5": ("bbkb", {"gradient_tolerance": None}),
     "bbkb-gtol3": ("bbkb", {"gradient_tolerance": 3e-3}),
 }
+#: Methods whose observations go to Ax as ``(mean, sem)`` with the known noise sd.
+REPORTS_SEM = ("turbo-bkb-sem", "turbo-bkb-noise1-sem")
 KEY = ("problem", "method", "seed", "budget", "batch")
 PENDING = """```
 export PYTHONPATH=$PWD OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -571,7 +580,8 @@ def run_ax(
                 y, f = observe(
                     problem, problem.from_parameters(params), index, sd, seed
                 )
-                results[index] = {"f": float(y)}
+                sem = (float(y), sd) if method in REPORTS_SEM else float(y)
+                results[index] = {"f": sem}
                 values.append(float(f))
             t3 = time.process_time()
             harness.complete(client, results, completion)

@@ -298,6 +298,7 @@ class TurboGenerator(TorchGenerator):
         self.surrogate = RegionData()
         self._X: Tensor | None = None
         self._Y: Tensor | None = None
+        self._Yvar: Tensor | None = None
         self._sign = 1.0
         self._discrete = DiscreteColumns()
         self._one_hot: tuple[tuple[int, ...], ...] = ()
@@ -328,7 +329,7 @@ class TurboGenerator(TorchGenerator):
         shared = self.one_hot_lengthscales == "shared"
         self._one_hot = discrete.one_hot if shared else ()
         self.surrogate = RegionData(training_data=list(datasets))
-        self._X = self._Y = None
+        self._X = self._Y = self._Yvar = None
 
     def gen(
         self,
@@ -343,6 +344,8 @@ class TurboGenerator(TorchGenerator):
         dataset, column = _outcome_column(self.surrogate.training_data, outcome)
         self._X = self._unit(dataset.X.to(torch.float64))
         self._Y = dataset.Y[..., column : column + 1].to(torch.float64)
+        Yvar = dataset.Yvar
+        self._Yvar = None if Yvar is None else Yvar[..., column : column + 1]
         self._sign = sign
         X, Y = self._X, sign * self._Y
         num_obs, d = X.shape
@@ -376,9 +379,11 @@ class TurboGenerator(TorchGenerator):
                 one_hot=self._one_hot,
                 **{"seed": self.seed, **self.model_options, **kept},
             )  # fmt: skip
+            floor = self._noise_floor(model, region_X, start)
             state = self._update(
-                state, model, region_X, region_Y, seen - start, min_region_points(d)
-            )
+                state, model, region_X, region_Y, seen - start, min_region_points(d),
+                floor=floor,
+            )  # fmt: skip
             if state.restart_triggered and self.restart == "reopen":
                 logger.info("turbo-bkb: region reopens after %d points.", num_obs)
                 state = replace(restart_state(state), best_value=state.best_value)
@@ -454,6 +459,7 @@ class TurboGenerator(TorchGenerator):
         Y: Tensor,
         old: int,
         design: int,
+        floor: float = 0.0,
     ) -> TrustRegionState:
         r"""Count the last batch (rows ``old:`` of the region) as a success or a
         failure, comparing posterior means of the same model (``incumbent="mean"``)
@@ -471,8 +477,22 @@ class TurboGenerator(TorchGenerator):
         if old < design or old >= X.shape[0]:  # the region's design, or no batch
             return replace(state, best_value=best(slice(None)))
         before, batch = best(slice(None, old)), best(slice(old, None))
-        floor = self.noise_tolerance and self.noise_tolerance * noise_sd(model, X)
         return update_state(replace(state, best_value=before), batch, floor=floor)
+
+    def _noise_floor(self, model: NystromGP, X: Tensor, start: int) -> float:
+        r"""``noise_tolerance`` times the noise standard deviation of the region's
+        observations (rows ``start:``): the median of their reported standard
+        errors where Ax has them for every row, else the region model's fitted
+        noise (:func:`~botorch_sketch.trust_region.model.noise_sd`), which on a
+        rugged objective also absorbs what the model cannot fit."""
+        if not self.noise_tolerance:
+            return 0.0
+        Yvar = None if self._Yvar is None else self._Yvar[start:]
+        if Yvar is not None and Yvar.numel() and bool(torch.isfinite(Yvar).all()):
+            sd = float(Yvar.clamp_min(0.0).median().sqrt())
+        else:
+            sd = noise_sd(model, X)
+        return self.noise_tolerance * sd
 
     def _center(self, Y: Tensor) -> int | None:
         r"""The region's centre row: ``None`` (largest posterior mean) or the best
