@@ -481,14 +481,16 @@ class TurboGenerator(TorchGenerator):
 
     def _noise_floor(self, model: NystromGP, X: Tensor, start: int) -> float:
         r"""``noise_tolerance`` times the noise standard deviation of the region's
-        observations (rows ``start:``): the median of their reported standard
-        errors where Ax has them for every row, else the region model's fitted
-        noise (:func:`~botorch_sketch.trust_region.model.noise_sd`), which on a
-        rugged objective also absorbs what the model cannot fit."""
+        observations (rows ``start:``): the median of the standard errors
+        reported to Ax (rows without one, e.g. Sobol trials completed without,
+        left out), else, where none was reported, the region model's fitted
+        noise (:func:`~botorch_sketch.trust_region.model.noise_sd`), which also
+        absorbs what the model cannot fit (a rugged objective, a large region)."""
         if not self.noise_tolerance:
             return 0.0
-        Yvar = None if self._Yvar is None else self._Yvar[start:]
-        if Yvar is not None and Yvar.numel() and bool(torch.isfinite(Yvar).all()):
+        Yvar = X.new_zeros(0) if self._Yvar is None else self._Yvar[start:]
+        Yvar = Yvar[torch.isfinite(Yvar)]
+        if Yvar.numel():
             sd = float(Yvar.clamp_min(0.0).median().sqrt())
         else:
             sd = noise_sd(model, X)

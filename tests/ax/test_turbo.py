@@ -314,6 +314,38 @@ def test_noise_tolerance_sets_how_much_a_success_must_gain(noise_tolerance):
         assert any(region["success_counter"] > 0 for region in regions)
 
 
+def region_lengths(sem: float | None, noise_tolerance: float) -> list[float]:
+    """The region side after each of 5 batches on Branin, the observations
+    reported with standard error ``sem`` (``None``: without one)."""
+    client = make_client(
+        "turbo-bkb",
+        initialization_budget=2,
+        num_candidates=200,
+        noise_tolerance=noise_tolerance,
+    )
+    run_trials(client, "branin", total=2)
+    for _ in range(6):
+        for index, p in get_next_batch(client, max_batch_size=6).items():
+            value = evaluate("branin", p)["branin"]
+            raw = {"branin": value if sem is None else (value, sem)}
+            client.complete_trial(index, raw_data=raw)
+    return [
+        run._generator_state_after_gen["region_state"]["trust_region"]["length"]
+        for run in client._generation_strategy._generator_runs[-5:]
+    ]
+
+
+def test_noise_tolerance_multiplies_the_reported_standard_errors():
+    # With standard errors reported (here for every trial but Ax's two Sobol
+    # trials), the floor is noise_tolerance times their median, not the fitted
+    # noise: 0 gives TuRBO's rule exactly, 1e6 makes every batch after the
+    # first model a failure.
+    turbo = region_lengths(None, 0.0)
+    assert region_lengths(0.0, 1.0) == turbo
+    assert region_lengths(1e6, 1.0) == [0.8 / 2**k for k in range(5)]
+    assert turbo != [0.8 / 2**k for k in range(5)]
+
+
 def test_the_first_region_starts_at_length_init():
     client = make_client(
         "turbo-bkb", initialization_budget=4, length_init=0.4, num_candidates=200
