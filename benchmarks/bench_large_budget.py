@@ -72,10 +72,13 @@ batches of ``--batch``):
   ``1e-8``.
 - ``turbo-bkb-noise1`` / ``turbo-bkb-noise2``: ``"turbo-bkb"`` with
   ``noise_tolerance=1`` / ``2`` (a success must beat the incumbent by that many
-  fitted noise standard deviations).
+  noise standard deviations; no standard errors are reported here, so the
+  region model's fitted noise).
 - ``<name>-sem`` (``turbo-bkb-sem``, ``turbo-bkb-noise1-sem``): the variant with
   each observation reported to Ax with its standard error (``--noise-sd``), so
-  ``noise_tolerance`` multiplies the reported noise instead of the fitted one.
+  ``noise_tolerance`` multiplies the reported noise instead of the fitted one
+  (``turbo-bkb-sem``, with the default ``noise_tolerance=0``, is the control:
+  the region model does not use the errors).
 - ``turbo-bkb-mps`` (rows only, not runnable): ``"turbo-bkb"`` before its joint
   Thompson samples were drawn by ``NystromGP.sample_joint`` from a seeded
   generator (commit e822bdc; before, BoTorch's ``MaxPosteriorSampling`` drew them

@@ -26,15 +26,21 @@ NeurIPS 2019) with the sketched GP as the region's model
    improvements away and centre the region off its best point), and
    :func:`~botorch_sketch.trust_region.update_state` expands, shrinks or flags a
    restart. With ``noise_tolerance=c > 0`` a success must also beat the
-   incumbent by ``c`` times the fitted noise standard deviation: near a
-   converged incumbent the best of ``q`` noisy draws often beats the
-   incumbent's own noisy record by a noise-sized margin, and each such
+   incumbent by ``c`` noise standard deviations: the median of the standard
+   errors reported to Ax (``(mean, sem)``), else the region model's fitted
+   noise. Near a converged incumbent the best of ``q`` noisy draws often beats
+   the incumbent's own noisy record by a noise-sized margin, and each such
    "success" delays the halving that would end the region (TuRBO's relative
    tolerance, ``1e-3 |b|``, is far below the noise wherever ``|b|`` is small
-   against ``1000`` noise standard deviations). Then ``q = min(n, batch_size)``
-   points by Thompson sampling in the region around the incumbent (the best
-   observation, or the point of largest posterior mean with
-   ``incumbent="mean"``): by default samples of the
+   against ``1000`` noise standard deviations), so a region stuck in a
+   smooth objective's second basin restarts sooner. The floor also ends
+   regions that still improve by less than the noise (Michalewicz-like narrow
+   valleys), and a fitted noise absorbs what the model cannot fit (a rugged
+   objective, a large region: many times the real noise), so TuRBO's rule
+   (``0``) stays the default (``benchmarks/results/large_budget.md``). Then
+   ``q = min(n, batch_size)`` points by Thompson sampling in the region around
+   the incumbent (the best observation, or the point of largest posterior mean
+   with ``incumbent="mean"``): by default samples of the
    model's joint posterior over the region's candidates, drawn from the ``A x
    A`` factor where the device affords it and by Matheron's rule beyond
    (``thompson="auto"``; ``"joint"``, ``"pathwise"`` force one);
@@ -190,10 +196,12 @@ class TurboGenerator(TorchGenerator):
             failure_tolerance, improvement_tolerance: As
             :class:`~botorch_sketch.trust_region.TrustRegionState`.
         noise_tolerance: ``c >= 0``: a batch is a success only if it also
-            improves the incumbent by more than ``c`` times the region model's
-            fitted noise standard deviation (in the objective's units;
-            :func:`~botorch_sketch.trust_region.update_state`'s ``floor``). ``0``
-            (the default) is TuRBO's rule; module docstring, step 2.
+            improves the incumbent by more than ``c`` noise standard deviations
+            (the median standard error reported to Ax for the region's
+            observations, else the region model's fitted noise; in the
+            objective's units, :func:`~botorch_sketch.trust_region.update_state`'s
+            ``floor``). ``0`` (the default) is TuRBO's rule; module docstring,
+            step 2.
         num_candidates: Thompson-sampling candidates per batch (``None``:
             ``min(5000, max(2000, 200 d))``, ``d`` the model space's width: a
             one-hot encoded categorical counts one column per value; counting
