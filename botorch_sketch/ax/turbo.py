@@ -124,7 +124,6 @@ from torch.quasirandom import SobolEngine
 
 from botorch_sketch.ax.encoding import discrete_columns
 from botorch_sketch.models.nystrom import NystromGP
-from botorch_sketch.models.nystrom_inputs import FIT_OPTION_DEFAULTS
 from botorch_sketch.models.validation import check_choice, check_nonnegative_number
 from botorch_sketch.trust_region import (
     THOMPSON_SAMPLERS,
@@ -138,6 +137,7 @@ from botorch_sketch.trust_region import (
     restart_state,
     update_state,
 )
+from botorch_sketch.trust_region.model import REGION_REFIT_GROWTH
 
 logger = logging.getLogger(__name__)
 
@@ -297,6 +297,9 @@ class TurboGenerator(TorchGenerator):
         self.seed = int(seed)
         configs = [] if surrogate_spec is None else surrogate_spec.model_configs
         self.model_options = dict(configs[0].model_options) if configs else {}
+        # The region's schedule (as the "turbo-bkb" strategy passes it), not the
+        # global model's.
+        self.model_options.setdefault("refit_growth", REGION_REFIT_GROWTH)
         self.library = (
             None
             if candidate_set is None
@@ -375,9 +378,7 @@ class TurboGenerator(TorchGenerator):
         region_X, region_Y = X[start:], Y[start:]
         warm = self.region_fit == "warm"
         periodic = self.region_fit == "periodic"
-        growth = float(
-            self.model_options.get("refit_growth", FIT_OPTION_DEFAULTS["refit_growth"])
-        )
+        growth = float(self.model_options["refit_growth"])
         hold = periodic and hyperparameters_kept(sketch, region_X.shape[0], growth)
         # A kept fit is the warm start without its drift check (module docstring).
         kept = {"refit_growth": growth, "refit_tolerance": None} if hold else {}

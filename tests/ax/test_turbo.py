@@ -412,6 +412,26 @@ def test_periodic_region_refits_once_its_data_grew_by_refit_growth():
     assert [fitted for _, fitted, _ in run(0.5, "cold")] == [True] * 5
 
 
+def test_a_generator_built_directly_refits_on_the_regions_schedule():
+    # Without the strategy (which passes REGION_REFIT_GROWTH), the generator
+    # still takes the region's refit growth, not the global model's.
+    from ax.generators.torch.botorch_modular.surrogate import SurrogateSpec
+    from ax.generators.torch.botorch_modular.utils import ModelConfig
+
+    from botorch_sketch.ax.turbo import TurboGenerator
+    from botorch_sketch.models import NystromGP
+    from botorch_sketch.models.nystrom_inputs import FIT_OPTION_DEFAULTS
+    from botorch_sketch.trust_region.model import REGION_REFIT_GROWTH
+
+    assert REGION_REFIT_GROWTH != FIT_OPTION_DEFAULTS["refit_growth"]
+    assert TurboGenerator().model_options["refit_growth"] == REGION_REFIT_GROWTH
+    config = ModelConfig(
+        botorch_model_class=NystromGP, model_options={"refit_growth": 0.3}
+    )
+    spec = SurrogateSpec(model_configs=[config])
+    assert TurboGenerator(surrogate_spec=spec).model_options["refit_growth"] == 0.3
+
+
 def test_pending_trials_get_new_points():
     client = make_client("turbo-bkb", initialization_budget=4, num_candidates=300)
     run_trials(client, "branin", total=4)
