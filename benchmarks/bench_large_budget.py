@@ -583,8 +583,8 @@ def run_ax(
                 y, f = observe(
                     problem, problem.from_parameters(params), index, sd, seed
                 )
-                sem = (float(y), sd) if method in REPORTS_SEM else float(y)
-                results[index] = {"f": sem}
+                raw = (float(y), sd) if method in REPORTS_SEM else float(y)
+                results[index] = {"f": raw}
                 values.append(float(f))
             t3 = time.process_time()
             harness.complete(client, results, completion)

@@ -309,7 +309,6 @@ class TurboGenerator(TorchGenerator):
         self.surrogate = RegionData()
         self._X: Tensor | None = None
         self._Y: Tensor | None = None
-        self._Yvar: Tensor | None = None
         self._sign = 1.0
         self._discrete = DiscreteColumns()
         self._one_hot: tuple[tuple[int, ...], ...] = ()
@@ -340,7 +339,7 @@ class TurboGenerator(TorchGenerator):
         shared = self.one_hot_lengthscales == "shared"
         self._one_hot = discrete.one_hot if shared else ()
         self.surrogate = RegionData(training_data=list(datasets))
-        self._X = self._Y = self._Yvar = None
+        self._X = self._Y = None
 
     def gen(
         self,
@@ -355,8 +354,6 @@ class TurboGenerator(TorchGenerator):
         dataset, column = _outcome_column(self.surrogate.training_data, outcome)
         self._X = self._unit(dataset.X.to(torch.float64))
         self._Y = dataset.Y[..., column : column + 1].to(torch.float64)
-        Yvar = dataset.Yvar
-        self._Yvar = None if Yvar is None else Yvar[..., column : column + 1]
         self._sign = sign
         X, Y = self._X, sign * self._Y
         num_obs, d = X.shape
@@ -388,7 +385,9 @@ class TurboGenerator(TorchGenerator):
                 one_hot=self._one_hot,
                 **{"seed": self.seed, **self.model_options, **kept},
             )  # fmt: skip
-            floor = self._noise_floor(model, region_X, start)
+            Yvar = dataset.Yvar
+            Yvar = None if Yvar is None else Yvar[start:, column : column + 1]
+            floor = self._noise_floor(model, region_X, Yvar)
             state = self._update(
                 state, model, region_X, region_Y, seen - start, min_region_points(d),
                 floor=floor,
@@ -488,17 +487,17 @@ class TurboGenerator(TorchGenerator):
         before, batch = best(slice(None, old)), best(slice(old, None))
         return update_state(replace(state, best_value=before), batch, floor=floor)
 
-    def _noise_floor(self, model: NystromGP, X: Tensor, start: int) -> float:
+    def _noise_floor(self, model: NystromGP, X: Tensor, Yvar: Tensor | None) -> float:
         r"""``noise_tolerance`` times the noise standard deviation of the region's
-        observations (rows ``start:``): the median of the standard errors
+        observations ``X`` (``n x d``; ``Yvar``: their ``n x 1`` squared standard
+        errors as Ax has them, or ``None``): the median of the standard errors
         reported to Ax (rows without one, e.g. Sobol trials completed without,
         left out), else, where none was reported, the region model's fitted
         noise (:func:`~botorch_sketch.trust_region.model.noise_sd`), which also
         absorbs what the model cannot fit (a rugged objective, a large region)."""
         if not self.noise_tolerance:
             return 0.0
-        Yvar = X.new_zeros(0) if self._Yvar is None else self._Yvar[start:]
-        Yvar = Yvar[torch.isfinite(Yvar)]
+        Yvar = X.new_zeros(0) if Yvar is None else Yvar[torch.isfinite(Yvar)]
         if Yvar.numel():
             sd = float(Yvar.clamp_min(0.0).median().sqrt())
         else:
