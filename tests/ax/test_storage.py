@@ -20,6 +20,7 @@ from botorch_sketch.ax import (
 from botorch_sketch.models import NystromGP
 from tests.ax.helpers import (
     evaluate,
+    fast,
     make_client,
     run_trials,
     same_numeric_environment,
@@ -34,14 +35,18 @@ import torch
 from ax import Client
 import botorch_sketch.ax  # registers our classes with Ax's storage
 from tests.ax.helpers import run_trials
-# Whatever the global RNG state of the new process, the run must continue alike.
-torch.manual_seed(int(sys.argv[4]))
-np.random.seed(int(sys.argv[4]) + 1)
-random.seed(int(sys.argv[4]) + 2)
-client = Client.load_from_json_file(sys.argv[1])
-run_trials(client, sys.argv[2], total=int(sys.argv[3]), json_exact=True)
-arms = [t.arm.parameters for t in client._experiment.trials.values()]
-print(json.dumps({"arms": arms, "strategy": client._generation_strategy.name}))
+out = {}
+for name, path, seed in json.loads(sys.argv[1]):
+    # Whatever the global RNG state of the new process, the run must continue
+    # alike: a different one for every strategy.
+    torch.manual_seed(seed)
+    np.random.seed(seed + 1)
+    random.seed(seed + 2)
+    client = Client.load_from_json_file(path)
+    run_trials(client, "branin", total=int(sys.argv[2]), json_exact=True)
+    arms = [t.arm.parameters for t in client._experiment.trials.values()]
+    out[name] = {"arms": arms, "strategy": client._generation_strategy.name}
+print(json.dumps(out))
 """
 
 
@@ -49,18 +54,20 @@ def arms_of(client: Client) -> list[dict]:
     return [t.arm.parameters for t in client._experiment.trials.values()]
 
 
-@pytest.mark.parametrize("name", sorted(list_generation_strategies()))
-def test_save_load_in_new_process_continues_like_uninterrupted_run(name, tmp_path):
-    uninterrupted = make_client(name)
-    run_trials(uninterrupted, "branin", total=12, json_exact=True)
-
-    interrupted = make_client(name)
-    run_trials(interrupted, "branin", total=8, json_exact=True)
-    path = tmp_path / "experiment.json"
-    interrupted.save_to_json_file(str(path))
-    seed = str(sum(map(ord, name)))  # a different global RNG state per strategy
+def test_save_load_in_new_process_continues_like_uninterrupted_run(tmp_path):
+    """Every registered strategy, saved after 8 trials and continued to 12 in a
+    fresh process (one process for all of them: importing Ax takes seconds),
+    proposes exactly the arms of the run that was never interrupted."""
+    names = sorted(list_generation_strategies())
+    jobs = []
+    for name in names:
+        interrupted = make_client(name, **fast(name))
+        run_trials(interrupted, "branin", total=8, json_exact=True)
+        path = tmp_path / f"{name}.json"
+        interrupted.save_to_json_file(str(path))
+        jobs.append((name, str(path), sum(map(ord, name))))
     result = subprocess.run(
-        [sys.executable, "-c", CONTINUE_SCRIPT, str(path), "branin", "12", seed],
+        [sys.executable, "-c", CONTINUE_SCRIPT, json.dumps(jobs), "12"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -69,8 +76,18 @@ def test_save_load_in_new_process_continues_like_uninterrupted_run(name, tmp_pat
     )
     assert result.returncode == 0, result.stderr[-3000:]
     continued = json.loads(result.stdout.strip().splitlines()[-1])
-    assert continued["strategy"] == uninterrupted._generation_strategy.name
-    assert continued["arms"] == arms_of(uninterrupted)  # exactly the same arms
+    assert sorted(continued) == names
+    differ = []
+    for name in names:
+        uninterrupted = make_client(name, **fast(name))
+        run_trials(uninterrupted, "branin", total=12, json_exact=True)
+        if continued[name]["strategy"] != uninterrupted._generation_strategy.name:
+            differ.append(f"{name}: strategy {continued[name]['strategy']}")
+        elif continued[name]["arms"] != arms_of(uninterrupted):
+            differ.append(f"{name}: the continued run proposed other arms")
+    assert not differ, "reloaded runs differ from uninterrupted ones: " + "; ".join(
+        differ
+    )
 
 
 def test_registration_is_idempotent_and_covers_our_classes():
