@@ -179,7 +179,7 @@ def transforms(m=1):
     }
 
 
-def test_points(*batch, q=3, seed=1):
+def query_points(*batch, q=3, seed=1):
     g = torch.Generator().manual_seed(seed)
     U = torch.rand(*batch, q, D, generator=g, dtype=DT)
     return BOUNDS[0] + (BOUNDS[1] - BOUNDS[0]) * U
@@ -216,13 +216,13 @@ def built(case: ModelCase, m=1, batch=(), fit=False, **kwargs) -> Model:
 def test_posterior_shapes_and_moments(case):
     model = built(case)
     for batch in [(), (4,), (2, 4)]:
-        post = model.posterior(test_points(*batch))
+        post = model.posterior(query_points(*batch))
         assert post.mean.shape == torch.Size([*batch, 3, 1])
         assert post.variance.shape == post.mean.shape
         assert (post.variance > 0).all()
         cov = post.distribution.covariance_matrix
         torch.testing.assert_close(cov, cov.mT)
-    X = test_points()
+    X = query_points()
     noisy = model.posterior(X, observation_noise=True)
     assert (noisy.variance > model.posterior(X).variance).all()
     sub = model.posterior(X, output_indices=[0])
@@ -240,7 +240,7 @@ def test_multi_output(case):
         return
     model = case.build(X, Y, **transforms(2)).eval()
     assert model.num_outputs == 2
-    Xt = test_points(4)
+    Xt = query_points(4)
     post = model.posterior(Xt)
     assert post.mean.shape == torch.Size([4, 3, 2])
     second = model.subset_output([1])
@@ -260,7 +260,7 @@ def test_batched_training_data(case):
     model.eval()
     assert model.batch_shape == torch.Size([3])
     for shape, expected in [((), (3,)), ((3,), (3,)), ((2, 1), (2, 3))]:
-        post = model.posterior(test_points(*shape))
+        post = model.posterior(query_points(*shape))
         assert post.mean.shape == torch.Size([*expected, 3, 1])
 
 
@@ -273,7 +273,7 @@ def test_transforms_equal_transformed_data(case):
     """``Normalize`` (+ ``Standardize``) inside the model == the data pre-scaled."""
     X, Y = make_data()
     tf = transforms()
-    Xt = test_points(2)
+    Xt = query_points(2)
     model = case.build(X, Y, input_transform=tf["input_transform"]).eval()
     twin = case.build(tf["input_transform"](X), Y).eval()
     assert_same_posterior(
@@ -293,7 +293,7 @@ def test_transforms_equal_transformed_data(case):
 
 def test_to_float32_and_back(case):
     model = built(case)
-    Xt = test_points(2)
+    Xt = query_points(2)
     ref = model.posterior(Xt)  # prediction caches now exist, in float64
     m32 = deepcopy(model)
     if case.reference:
@@ -324,13 +324,13 @@ def test_state_dict_restores_predictions(case):
     fresh = case.build(X, Y, seed=1 if case.seed_in_state else 0, **transforms())
     fresh.load_state_dict(fitted.state_dict())
     fresh.eval()
-    Xt = test_points(3)
+    Xt = query_points(3)
     assert_same_posterior(fresh.posterior(Xt), fitted.posterior(Xt), atol=1e-10)
 
 
 def test_deepcopy_and_pickle_keep_predictions(case):
     model = built(case, fit=True)
-    Xt = test_points(2)
+    Xt = query_points(2)
     ref = model.posterior(Xt)
     assert_same_posterior(deepcopy(model).posterior(Xt), ref, atol=0)
     assert_same_posterior(pickle.loads(pickle.dumps(model)).posterior(Xt), ref, atol=0)
@@ -382,7 +382,7 @@ def _heldout_nll(model, X, Y):
 
 def test_condition_on_observations(case):
     model = built(case, fit=True)
-    model.posterior(test_points())  # builds prediction caches, as BoTorch does
+    model.posterior(query_points())  # builds prediction caches, as BoTorch does
     n_before = model.train_inputs[0].shape[-2]
     Xn, Yn = make_data(n=2, seed=7)
     cond = model.condition_on_observations(Xn, Yn)
@@ -392,16 +392,16 @@ def test_condition_on_observations(case):
 
 def test_fantasize(case):
     model = built(case, fit=True)
-    model.posterior(test_points())
+    model.posterior(query_points())
     sampler = SobolQMCNormalSampler(torch.Size([3]), seed=0)
-    Xf = test_points(q=2, seed=3)
+    Xf = query_points(q=2, seed=3)
     if not case.fantasize:
         with pytest.raises(UnsupportedError, match="fantas"):
             model.fantasize(Xf, sampler=sampler)
         return
     fant = model.fantasize(Xf, sampler=sampler)
     assert fant.batch_shape == torch.Size([3])
-    post = fant.posterior(test_points(q=4))
+    post = fant.posterior(query_points(q=4))
     assert post.mean.shape == torch.Size([3, 4, 1])
     means = fant.posterior(Xf).mean
     assert not torch.allclose(means[0], means[1])  # fantasies differ
@@ -418,8 +418,8 @@ def test_fantasize(case):
 )
 def test_bad_conditioning_data_raise_at_the_call(our_case, X, Y, message):
     model = built(our_case)
-    model.posterior(test_points())
-    X = test_points(q=2) if X is None else X
+    model.posterior(query_points())
+    X = query_points(q=2) if X is None else X
     with pytest.raises((ValueError, UnsupportedError), match=message):
         model.condition_on_observations(X, Y)
 
@@ -453,7 +453,7 @@ def test_zero_observed_noise_is_accepted(case):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # gpytorch warns that it floors the noise
         model = case.build(X, Y, torch.zeros_like(Y), **transforms()).eval()
-    post = model.posterior(test_points())
+    post = model.posterior(query_points())
     assert torch.isfinite(post.mean).all() and (post.variance > 0).all()
     with pytest.raises((ValueError, InputDataError), match="negative"):
         case.build(X, Y, -torch.ones_like(Y))
@@ -466,7 +466,7 @@ def test_zero_observed_noise_is_accepted(case):
 
 def _single_output_acqfs(model, X_obs, fantasize):
     best = float(model.posterior(X_obs).mean.max())
-    pending = test_points(q=2, seed=11)
+    pending = query_points(q=2, seed=11)
     sampler = SobolQMCNormalSampler(torch.Size([16]), seed=0)
     acqfs = {
         "UCB": UpperConfidenceBound(model, beta=2.0),
@@ -481,12 +481,12 @@ def _single_output_acqfs(model, X_obs, fantasize):
         ),
         "qSR": qSimpleRegret(model, sampler),
         "qPI": qProbabilityOfImprovement(model, best, sampler),
-        "qMES": qMaxValueEntropy(model, candidate_set=test_points(q=64, seed=4)),
+        "qMES": qMaxValueEntropy(model, candidate_set=query_points(q=64, seed=4)),
     }
     if fantasize:
         acqfs["qKG"] = qKnowledgeGradient(model, num_fantasies=4)
         acqfs["qNIPV"] = qNegIntegratedPosteriorVariance(
-            model, mc_points=test_points(q=16, seed=5)
+            model, mc_points=query_points(q=16, seed=5)
         )
     return acqfs
 
@@ -498,7 +498,7 @@ def test_acquisition_functions(case):
         q = 1 if name[0] != "q" or name == "qMES" else 2
         if name == "qKG":
             q += acqf.num_fantasies
-        X = test_points(5, q=q, seed=9).requires_grad_(True)
+        X = query_points(5, q=q, seed=9).requires_grad_(True)
         value = acqf(X)
         assert value.shape == torch.Size([5]), name
         assert torch.isfinite(value).all(), name
@@ -506,7 +506,7 @@ def test_acquisition_functions(case):
         assert X.grad is not None and torch.isfinite(X.grad).all(), name
     with torch.no_grad():
         picks = MaxPosteriorSampling(model, replacement=False)(
-            test_points(q=50, seed=8), num_samples=3
+            query_points(q=50, seed=8), num_samples=3
         )
     assert picks.shape == torch.Size([3, D])
 
@@ -532,7 +532,7 @@ def test_fantasy_acquisitions_refused_clearly(case):
     model = built(case, fit=True)
     acqf = qKnowledgeGradient(model, num_fantasies=2)
     with pytest.raises(UnsupportedError, match="fantas"):
-        acqf(test_points(q=3))
+        acqf(query_points(q=3))
 
 
 @pytest.mark.parametrize(
@@ -558,5 +558,5 @@ def test_multi_objective_and_constrained_acquisitions(case):
         ),
     ]
     for acqf in acqfs:
-        value = acqf(test_points(4, q=2))
+        value = acqf(query_points(4, q=2))
         assert value.shape == torch.Size([4]) and torch.isfinite(value).all()
