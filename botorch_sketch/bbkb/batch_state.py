@@ -23,6 +23,7 @@ __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "BatchState",
     "FactoredState",
+    "checked_cholesky",
     "row_chunks",
     "solve_lower",
     "symmetrize",
@@ -36,6 +37,26 @@ DEFAULT_CHUNK_SIZE = 65_536
 def symmetrize(A: Tensor) -> Tensor:
     """``(A + A^T) / 2``: the symmetric part of a square matrix (rounding guard)."""
     return 0.5 * (A + A.mT)
+
+
+def checked_cholesky(V: Tensor, lam: float) -> Tensor:
+    r"""Lower Cholesky factor of ``V_fb = sum_a n_a z(a) z(a)^T + lam I`` (``r x r``).
+
+    ``V_fb`` is positive definite in exact arithmetic (its eigenvalues are at
+    least ``lam``); a factorisation that fails anyway means that the embedding's
+    rounding errors exceed ``lam``, which happens in float32 with a small ridge.
+
+    Raises:
+        ValueError: naming the dtype and ``lam``, instead of ``LinAlgError``.
+    """
+    L, info = torch.linalg.cholesky_ex(V)
+    if bool(info != 0):
+        raise ValueError(
+            f"BBKB's V = Z^T diag(n) Z + lam I is not positive definite in {V.dtype} "
+            f"(lam = {lam:.3g}, r = {V.shape[-1]}): the embedding's rounding errors "
+            "exceed the ridge. Use dtype=torch.float64 or a larger lam."
+        )
+    return L
 
 
 #: Above this many right-hand sides, off the CPU, :func:`solve_lower` multiplies

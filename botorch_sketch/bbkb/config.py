@@ -74,7 +74,12 @@ class BBKBConfig:
         pool_size: Initial pool of the batch selector (``None``: the lazy rule
             over all arms).
         lazy: Lazy UCB evaluation or eager downdates.
-        dtype: Compute dtype, ``torch.float64`` or ``torch.float32``.
+        dtype: Compute dtype, ``torch.float64`` (default) or ``torch.float32``.
+            float32 halves the memory of the ``A x r`` embedding, but its rounding
+            errors (about ``1e-7 k(a, a)``) enter the variances divided by ``lam``
+            (Eq. 3): use it with a ridge far above them (the tests use ``lam =
+            0.05``). At ``lam = 1e-4`` the variances are mostly rounding and the
+            batches shrink (``benchmarks/results/bbkb_float32.md``).
     """
 
     C: float = 2.0

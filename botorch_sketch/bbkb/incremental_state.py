@@ -22,6 +22,7 @@ from torch import Tensor
 from botorch_sketch.bbkb.batch_state import (
     DEFAULT_CHUNK_SIZE,
     BatchState,
+    checked_cholesky,
     row_chunks,
     solve_lower,
     symmetrize,
@@ -183,8 +184,12 @@ class IncrementalState(BatchState):
     - :meth:`reset` (embedding recomputed from the kernel, then a refresh) when
       the embedding's drift (:meth:`~botorch_sketch.incremental_nystrom.
       IncrementalNystrom.drift`, checked at the same times) exceeds
-      ``drift_tol``, and every ``reorthonormalize_every`` dictionary changes
-      (insertions + removals) as a periodic re-orthonormalisation.
+      ``drift_tol``, every ``reorthonormalize_every`` dictionary changes
+      (insertions + removals) as a periodic re-orthonormalisation, and when a
+      factorisation of the incremental path fails: its Schur complements are
+      positive definite in exact arithmetic, but rounding can make one
+      indefinite (float32 with a small ``lam``); the half-applied update is
+      then dropped (``stats["fallback"]``).
 
     The loop (:func:`~botorch_sketch.loops.bbkb.run_bbkb`) uses
     :func:`rebuild` instead when ``A m`` floats exceed its memory budget.
@@ -243,7 +248,9 @@ class IncrementalState(BatchState):
             rtol=rtol,
             capacity=max(64, 2 * S_idx.numel()),
         )
-        self.stats = {"incremental": 0, "refresh": 0, "reset": 0, "checks": 0}
+        self.stats = {
+            "incremental": 0, "refresh": 0, "reset": 0, "checks": 0, "fallback": 0
+        }  # fmt: skip
         self._reset(S_idx, counts.to(arms), reward_sums.to(arms))
 
     # ------------------------------------------------------------ interface
@@ -325,7 +332,21 @@ class IncrementalState(BatchState):
             emb.update(add=new, remove=gone)
             self._refresh(counts, reward_sums)
         else:
-            self._incremental(pulled, dn[pulled], gone, new, counts, reward_sums)
+            try:
+                self._incremental(pulled, dn[pulled], gone, new, counts, reward_sums)
+            except torch.linalg.LinAlgError:
+                # A Schur complement (positive definite in exact arithmetic) lost
+                # definiteness to rounding: the half-applied update is dropped and
+                # everything recomputed from the kernel.
+                logger.info(
+                    "incremental resparsification not positive definite in %s "
+                    "(lam %.3g): state recomputed.",
+                    self.arms.dtype,
+                    self.lam,
+                )
+                self.stats["fallback"] += 1
+                self._reset(S_idx, counts, reward_sums)
+                return self
             self.stats["incremental"] += 1
         self._work += (
             2.0
@@ -464,7 +485,7 @@ class IncrementalState(BatchState):
         self._P, self._ZP = P, _Grown(ZP)  # pulled arms' coordinates, kept updated
         eye = torch.eye(r, dtype=Zt.dtype, device=Zt.device)
         V = symmetrize((ZP * counts[P]) @ ZP.mT) + self.lam * eye
-        L = torch.linalg.cholesky(V)
+        L = checked_cholesky(V, self.lam)
         self._V, self._Vinv = _Deferred(V), _Deferred(torch.cholesky_inverse(L))
         self._b = ZP @ reward_sums[P]
         q = self._zeros()

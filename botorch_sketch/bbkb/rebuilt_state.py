@@ -33,6 +33,7 @@ from botorch_sketch import linalg
 from botorch_sketch.bbkb.batch_state import (
     DEFAULT_CHUNK_SIZE,
     FactoredState,
+    checked_cholesky,
     row_chunks,
     validate_state_inputs,
 )
@@ -314,7 +315,7 @@ def rebuild(
     Zp = state.embed(pulled)
     V = Zp.mT @ (Zp * counts[pulled].unsqueeze(-1))
     V = 0.5 * (V + V.mT) + lam * torch.eye(r, dtype=W.dtype, device=W.device)
-    state.L = torch.linalg.cholesky(V)
+    state.L = checked_cholesky(V, lam)
     b = Zp.mT @ reward_sums[pulled]
     state.weights = torch.cholesky_solve(b.unsqueeze(-1), state.L).squeeze(-1)
     if A < FUSED_MIN_RATIO * max(r, 1):

@@ -41,6 +41,7 @@ from scipy.linalg import blas as _scipy_blas
 from torch import Tensor
 
 from botorch_sketch import linalg
+from botorch_sketch.bbkb.batch_state import checked_cholesky
 from botorch_sketch.bbkb.state import BatchState
 from botorch_sketch.bbkb.stopping import StoppingRule
 
@@ -412,7 +413,7 @@ class PooledUCBSelector:
         Zs = self._Zb[self._s : self.t]
         V = torch.addmm(self._Vs, Zs.mT, Zs)
         self._Vs = 0.5 * (V + V.mT)
-        self._Vinv = torch.cholesky_inverse(torch.linalg.cholesky(self._Vs))
+        self._Vinv = torch.cholesky_inverse(checked_cholesky(self._Vs, self.state.lam))
         self._s = self.t
         if self._np:
             self._Vinv_np = self._Vinv.numpy()

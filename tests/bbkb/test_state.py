@@ -333,6 +333,41 @@ def test_incremental_state_in_float32_for_moderate_lam(seed):
     assert err_mu.max() < 1e-3
 
 
+def test_an_incremental_update_that_loses_definiteness_is_recomputed(monkeypatch):
+    """A Schur complement made indefinite by rounding (float32, a small ridge)
+    makes the state recompute itself from the kernel: the same state as a
+    rebuild, not a LinAlgError in the middle of a run."""
+    k = fixed_rbf_kernel(0.1)
+    steps = _random_resparsifications(0, dup=False)
+    arms, S, counts, sums = next(steps)
+    state = IncrementalState(arms, k, S, counts, sums, 1e-3, refresh_fraction=math.inf)
+    arms, S, counts, sums = next(steps)
+    real = torch.linalg.cholesky
+
+    def indefinite(A, *args, **kwargs):
+        raise torch.linalg.LinAlgError("the leading minor of order 1 is not p.d.")
+
+    monkeypatch.setattr(torch.linalg, "cholesky", indefinite)
+    state.resparsify(S, counts, sums)
+    monkeypatch.setattr(torch.linalg, "cholesky", real)
+    assert state.stats["fallback"] == 1 and state.stats["reset"] == 2
+    _assert_same_state(state, rebuild(arms, k, S, counts, sums, 1e-3))
+    arms, S, counts, sums = next(steps)
+    state.resparsify(S, counts, sums)  # incremental again from the recomputed state
+    assert state.stats["incremental"] == 1
+    _assert_same_state(state, rebuild(arms, k, S, counts, sums, 1e-3))
+
+
+def test_a_singular_V_is_a_clear_error():
+    from botorch_sketch.bbkb.batch_state import checked_cholesky
+
+    V = torch.tensor([[1.0, 2.0], [2.0, 1.0]], dtype=torch.float32)
+    with pytest.raises(ValueError, match=r"float32 \(lam = 0.0001.*float64"):
+        checked_cholesky(V, 1e-4)
+    L = checked_cholesky(V @ V.mT + torch.eye(2), 1.0)
+    torch.testing.assert_close(L @ L.mT, V @ V.mT + torch.eye(2))
+
+
 def test_solve_lower_as_a_product_equals_the_triangular_solve():
     """The product form (used off the CPU for many right-hand sides) gives the
     solve to rounding (the incremental state with it: the test above)."""
