@@ -35,7 +35,8 @@ NeurIPS 2019) with the sketched GP as the region's model
    against ``1000`` noise standard deviations), so a region stuck in a
    smooth objective's second basin restarts sooner. The floor also ends
    regions that still improve by less than the noise (Michalewicz-like narrow
-   valleys), and a fitted noise absorbs what the model cannot fit (a rugged
+   valleys, and small batches, whose best point gains less per batch), and a
+   fitted noise absorbs what the model cannot fit (a rugged
    objective, a large region: many times the real noise), so TuRBO's rule
    (``0``) stays the default (``benchmarks/results/large_budget.md``). Then
    ``q = min(n, batch_size)`` points by Thompson sampling in the region around
