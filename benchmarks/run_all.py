@@ -38,6 +38,7 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # is used when BBKB_REFERENCE_CODE names a local copy of it.
     ("benchmarks/bench_resparsify.py", ()),
     ("benchmarks/bench_bbkb.py", ()),
+    ("benchmarks/bench_bbkb_dtype.py", ()),
     # bench_gssbo's defaults are the paper's protocol (days of CPU here): run the
     # reduced settings recorded in results/gssbo_summary.md.
     (
