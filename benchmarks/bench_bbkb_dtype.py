@@ -13,18 +13,15 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_perf import ENGINE_CONFIGS, LAM, NOISE_STD, Q_BAR, C, cadata  # noqa: E402
-
-from botorch_sketch.bbkb import fixed_rbf_kernel  # noqa: E402
-from botorch_sketch.loops import noisy_oracle, run_bbkb  # noqa: E402
+from bench_perf import engine_worker  # noqa: E402
 
 logger = logging.getLogger("bench_bbkb_dtype")
+DTYPES = {"64": torch.float64, "32": torch.float32}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,31 +31,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--T", type=int, default=10000)
     args = p.parse_args(argv)
     for width in args.dtypes.split(","):
-        run(width, args.T)
+        for seed in (0, 1, 2):
+            row = engine_worker("std", args.T, seed, dtype=DTYPES[width])
+            logger.info(
+                "float%s seed %d: %.2f CPU s, regret ratio %.5f, %d batches, m %d",
+                width, seed, row["cpu_s"], row["regret_ratio"], row["batches"],
+                row["max_dict"],
+            )  # fmt: skip
     return 0
-
-
-def run(width: str, T: int) -> None:
-    dtype = {"64": torch.float64, "32": torch.float32}[width]
-    scaling, lengthscale, base = ENGINE_CONFIGS["std"]
-    X, f = cadata(scaling)
-    for seed in (0, 1, 2):
-        init = torch.randperm(X.shape[0], generator=torch.Generator().manual_seed(seed))
-        opts = {**base, "F": 1.0, "delta": 1.0 / T, "init": init[:2]}
-        gen = torch.Generator().manual_seed(1000 + seed)
-        oracle = noisy_oracle(f, NOISE_STD, gen)
-        kernel = fixed_rbf_kernel(lengthscale)
-        t0 = time.process_time()
-        res = run_bbkb(
-            X, oracle, T, kernel, LAM, C=C, q_bar=Q_BAR, rule="global", f_true=f,
-            seed=seed, progress=False, dtype=dtype, **opts,
-        )  # fmt: skip
-        cpu = time.process_time() - t0
-        ratio = float(res.regret_ratio(f)[-1])
-        logger.info(
-            "float%s seed %d: %.2f CPU s, regret ratio %.5f, %d batches, m %d",
-            width, seed, cpu, ratio, res.num_batches, int(res.dict_size.max()),
-        )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -630,11 +630,16 @@ ENGINE_CONFIGS = {
 }
 
 
-def engine_worker(name: str, T: int, seed: int) -> dict[str, Any]:
-    """One ``run_bbkb`` of :data:`ENGINE_CONFIGS` (whatever package is imported)."""
+def engine_worker(
+    name: str, T: int, seed: int, dtype: torch.dtype | None = None
+) -> dict[str, Any]:
+    """One ``run_bbkb`` of :data:`ENGINE_CONFIGS` (whatever package is imported);
+    ``dtype``: the engine's compute dtype (``None``: its default, float64)."""
     import hashlib
 
     scaling, ls, opts = ENGINE_CONFIGS[name]
+    if dtype is not None:
+        opts = {**opts, "dtype": dtype}
     X, f = cadata(scaling)
     if name == "std":
         g = torch.Generator().manual_seed(seed)
