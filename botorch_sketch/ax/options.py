@@ -21,6 +21,7 @@ from botorch_sketch.ax.turbo import (
     ONE_HOT_LENGTHSCALES,
     REGION_FITS,
     RESTARTS,
+    multi_region_options,
 )
 from botorch_sketch.models.validation import check_seed
 from botorch_sketch.trust_region.candidates import THOMPSON_SAMPLERS
@@ -172,6 +173,7 @@ VALIDATORS: dict[str, Validator] = {
     "region_fit": _one_of(*REGION_FITS),
     "restart": _one_of(*RESTARTS),
     "one_hot_lengthscales": _one_of(*ONE_HOT_LENGTHSCALES),
+    "num_regions": _positive_int,
 }
 
 
@@ -195,6 +197,8 @@ def validate_options(options: Mapping[str, Any]) -> None:
             f"min_batch_size={options['min_batch_size']!r} exceeds "
             f"max_batch_size={cap!r}."
         )
+    if options.get("num_regions", 1) > 1:
+        multi_region_options(options)
     if "subset_size" in options:
         size, n0 = options["subset_size"], options["initialization_budget"]
         if size <= n0 + 1:

@@ -130,15 +130,25 @@ from botorch_sketch.trust_region import (
     THOMPSON_SAMPLERS,
     DiscreteColumns,
     TrustRegionState,
+    allocate_across_regions,
+    batch_candidates,
     default_num_candidates,
     fit_region_model,
     generate_batch,
     incumbent,
     noise_sd,
     restart_state,
+    thompson_samples,
     update_state,
 )
 from botorch_sketch.trust_region.model import REGION_REFIT_GROWTH
+from botorch_sketch.trust_region.regions import (
+    CALL_KEY,
+    RegionRecord,
+    count_batch,
+    point_label,
+    region_rows,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +181,7 @@ TURBO_OPTIONS: dict[str, Any] = {
     "region_fit": "cold",
     "restart": "sobol",
     "one_hot_lengthscales": "shared",
+    "num_regions": 1,
     "candidate_set": None,
 }
 
@@ -185,6 +196,29 @@ REGION_FITS = ("cold", "periodic", "warm")
 
 #: Where a collapsed region starts again (module docstring, step 3).
 RESTARTS = ("sobol", "reopen")
+
+#: The options that several regions take at their defaults only.
+MULTI_REGION_DEFAULTS = {
+    "region_fit": "cold",
+    "restart": "sobol",
+    "incumbent": "observed",
+}
+
+
+def multi_region_options(options: dict[str, Any]) -> None:
+    r"""Check that ``num_regions > 1`` comes with ``region_fit``, ``restart`` and
+    ``incumbent`` at their defaults (the other choices were measured with one
+    region only).
+
+    Raises:
+        ValueError: Naming the option.
+    """
+    for key, default in MULTI_REGION_DEFAULTS.items():
+        if options.get(key, default) != default:
+            raise ValueError(
+                f"num_regions={options['num_regions']!r} takes {key}={default!r} "
+                f"only, got {key}={options[key]!r}."
+            )
 
 
 class TurboGenerator(TorchGenerator):
@@ -237,6 +271,9 @@ class TurboGenerator(TorchGenerator):
             ``CategoricalKernel``) or ``"per_column"`` (one per one-hot column,
             BoTorch's ARD RBF on the encoded space); on a mixed space the two
             measured level (``benchmarks/results/large_budget.md``).
+        num_regions: ``m``, the number of trust regions (TuRBO-m, module
+            docstring); ``1`` is TuRBO-1. With ``m > 1``, ``region_fit``,
+            ``restart`` and ``incumbent`` take their defaults only.
         seed: Base seed of every draw.
         surrogate_spec: One ``NystromGP`` ``ModelConfig`` whose ``model_options``
             (``q_bar``, ``max_dictionary_size``, ...) build the region's model.
@@ -263,6 +300,7 @@ class TurboGenerator(TorchGenerator):
         region_fit: str = "cold",
         restart: str = "sobol",
         one_hot_lengthscales: str = "shared",
+        num_regions: int = 1,
         seed: int = 0,
         surrogate_spec: SurrogateSpec | None = None,
         candidate_set: Any = None,
@@ -295,6 +333,20 @@ class TurboGenerator(TorchGenerator):
         self.one_hot_lengthscales = check_choice(
             one_hot_lengthscales, ONE_HOT_LENGTHSCALES, "one_hot_lengthscales"
         )
+        if not isinstance(num_regions, int) or isinstance(num_regions, bool):
+            num_regions = 0
+        if num_regions < 1:
+            raise ValueError("num_regions must be a positive int.")
+        self.num_regions = num_regions
+        if num_regions > 1:
+            multi_region_options(
+                {
+                    "num_regions": num_regions,
+                    "region_fit": self.region_fit,
+                    "restart": self.restart,
+                    "incumbent": self.incumbent,
+                }
+            )
         self.seed = int(seed)
         configs = [] if surrogate_spec is None else surrogate_spec.model_configs
         self.model_options = dict(configs[0].model_options) if configs else {}
@@ -308,6 +360,7 @@ class TurboGenerator(TorchGenerator):
         )
         self.region_state = region_state
         self.surrogate = RegionData()
+        self._labels: list[list[Any]] | None = None
         self._X: Tensor | None = None
         self._Y: Tensor | None = None
         self._sign = 1.0
@@ -340,6 +393,7 @@ class TurboGenerator(TorchGenerator):
         shared = self.one_hot_lengthscales == "shared"
         self._one_hot = discrete.one_hot if shared else ()
         self.surrogate = RegionData(training_data=list(datasets))
+        self._labels = None if candidate_metadata is None else list(candidate_metadata)
         self._X = self._Y = None
 
     def gen(
@@ -373,6 +427,13 @@ class TurboGenerator(TorchGenerator):
         call_seed = (self.seed * 1_000_003 + num_obs + 7919 * num_pending) % (2**31 - 1)
         info["num_pending"] = num_pending
         feasible = self._feasibility(torch_opt_config)
+        if self.num_regions > 1:
+            labels = self._dataset_labels(dataset, num_obs)
+            Yvar = dataset.Yvar
+            Yvar = None if Yvar is None else Yvar[..., column : column + 1]
+            return self._gen_regions(
+                X, Y, Yvar, labels, q, call_seed, feasible, torch_opt_config, info
+            )
         region_X, region_Y = X[start:], Y[start:]
         warm = self.region_fit == "warm"
         periodic = self.region_fit == "periodic"
@@ -458,6 +519,163 @@ class TurboGenerator(TorchGenerator):
         if self.region_state is not None:
             state["region_state"] = self.region_state
         return state
+
+    # ------------------------------------------------------- several regions
+    def _gen_regions(
+        self,
+        X: Tensor,
+        Y: Tensor,
+        Yvar: Tensor | None,
+        labels: list[dict[str, Any] | None],
+        q: int,
+        call_seed: int,
+        feasible: Callable[[Tensor], Tensor],
+        config: TorchOptConfig,
+        info: dict[str, Any],
+    ) -> TorchGenResults:
+        r"""One TuRBO-m call (``num_regions > 1``; module docstring): count each
+        region's new points, restart the collapsed regions, propose the
+        designs still owed, then fill the batch by Thompson sampling across the
+        regions' models."""
+        d = X.shape[-1]
+        design = min_region_points(d)
+        saved = self.region_state or {}
+        call = int(saved.get("num_calls", 0))
+        if "regions" in saved:
+            records = [RegionRecord.from_dict(r) for r in saved["regions"]]
+        else:
+            fresh = TrustRegionState(dim=d, batch_size=q, **self.settings)
+            own = len(region_rows(labels, 0, 0))
+            records = [RegionRecord(fresh, design_left=max(0, design - own))]
+            records += [
+                RegionRecord(fresh, design_left=design)
+                for _ in range(self.num_regions - 1)
+            ]
+        models: dict[int, tuple[NystromGP, Tensor]] = {}
+        for r, record in enumerate(records):
+            rows = torch.tensor(region_rows(labels, r, record.epoch), dtype=torch.long)
+            if rows.numel() < design:
+                continue
+            model = fit_region_model(
+                X[rows], Y[rows], one_hot=self._one_hot,
+                **{"seed": self.seed, **self.model_options},
+            )  # fmt: skip
+            calls = [(labels[i] or {}).get(CALL_KEY) for i in rows.tolist()]
+            floor = self._noise_floor(
+                model, X[rows], None if Yvar is None else Yvar[rows]
+            )
+            record = count_batch(
+                record, Y[rows].reshape(-1).tolist(), calls, design, floor=floor
+            )
+            if record.state.restart_triggered:
+                logger.info("turbo-bkb: region %d restarts after %d points.", r, len(X))
+                record = record.restarted(design)
+            else:
+                models[r] = (model, rows)
+            records[r] = record
+        points, owners = [], []
+        for r, record in enumerate(records):
+            take = min(record.design_left, q - len(points))
+            if take <= 0:
+                continue
+            seed = call_seed + 7919 * (r + 1) + 104_729 * record.epoch
+            block = self._design(take, d, seed, feasible)
+            points.append(block)
+            owners += [r] * block.shape[0]
+            records[r] = replace(
+                record, design_left=record.design_left - block.shape[0]
+            )
+        k = q - len(owners)
+        if k > 0 and models:
+            chosen = self._across_regions(
+                models, records, X, Y, k, call_seed, feasible, config
+            )
+            for r, point in chosen:
+                points.append(point.unsqueeze(0))
+                owners.append(r)
+        if not owners:  # every region waits for its pending design
+            points = [self._design(q, d, call_seed, feasible)]
+            owners = [0] * points[0].shape[0]
+            info["design"] = "sobol"
+        best = max(models, key=lambda r: records[r].state.best_value, default=None)
+        self.surrogate.model = None if best is None else models[best][0]
+        self.region_state = {
+            "regions": [record.to_dict() for record in records],
+            "num_calls": call + 1,
+        }
+        states = [record.state for record in records]
+        info.update(
+            {
+                "length": [state.length for state in states],
+                "restarts": sum(state.restarts for state in states),
+                "batch_size": q,
+                "regions": owners,
+            }
+        )
+        out = self._from_unit(torch.cat(points).to(torch.float64))
+        rounding = config.rounding_func
+        if rounding is not None:
+            out = torch.stack([rounding(x) for x in out]).to(out)
+        epochs = [records[r].epoch for r in owners]
+        return TorchGenResults(
+            points=out,
+            weights=torch.ones(out.shape[0], dtype=out.dtype),
+            gen_metadata=info,
+            candidate_metadata=[
+                point_label(r, e, call) for r, e in zip(owners, epochs, strict=True)
+            ],
+        )
+
+    def _across_regions(
+        self,
+        models: dict[int, tuple[NystromGP, Tensor]],
+        records: list[RegionRecord],
+        X: Tensor,
+        Y: Tensor,
+        k: int,
+        call_seed: int,
+        feasible: Callable[[Tensor], Tensor],
+        config: TorchOptConfig,
+    ) -> list[tuple[int, Tensor]]:
+        r"""``k`` points chosen by Thompson sampling across the regions' models
+        (:func:`~botorch_sketch.trust_region.allocate_across_regions`), as
+        ``(region, unit-cube point)`` pairs."""
+        owners, candidates, samples = [], [], []
+        num = self.num_candidates or default_num_candidates(X.shape[-1])
+        for r, (model, rows) in models.items():
+            model = self._hallucinate(model, config)
+            seed = call_seed + 31 * (r + 1)
+            C = batch_candidates(
+                model, records[r].state, X[rows], k,
+                num_candidates=num,
+                seed=seed, library=self._unit_library(), feasible=feasible,
+                center=int(Y[rows].argmax()), discrete=self._discrete,
+            )  # fmt: skip
+            if C.shape[0] == 0:
+                continue
+            owners.append(r)
+            candidates.append(C)
+            samples.append(
+                thompson_samples(model, C, k, seed=seed, thompson=self.thompson)
+            )
+        picks = allocate_across_regions(candidates, samples, k)
+        return [(owners[i], candidates[i][row]) for i, row in picks]
+
+    def _dataset_labels(
+        self, dataset: SupervisedDataset, n: int
+    ) -> list[dict[str, Any] | None]:
+        r"""The region labels of ``dataset``'s ``n`` rows (Ax's candidate metadata,
+        :mod:`~botorch_sketch.trust_region.regions`); ``None`` for a row without."""
+        datasets = self.surrogate.training_data
+        index = next(i for i, other in enumerate(datasets) if other is dataset)
+        if self._labels is None or self._labels[index] is None:
+            return [None] * n
+        labels = list(self._labels[index])
+        if len(labels) != n:
+            raise ValueError(
+                f"Ax passed {len(labels)} candidate metadata entries for {n} rows."
+            )
+        return [label if isinstance(label, dict) else None for label in labels]
 
     # --------------------------------------------------------------- internals
     def _update(
@@ -659,6 +877,7 @@ def turbo_generator_kwargs(
         "restart",
         "one_hot_lengthscales",
         "noise_tolerance",
+        "num_regions",
     )
     generator = {key: settings.pop(key) for key in own}
     TrustRegionState(dim=1, batch_size=1, **settings)

@@ -9,10 +9,13 @@ integer and one-hot columns (:mod:`~botorch_sketch.trust_region.discrete`).
 
 from botorch_sketch.trust_region.candidates import (
     THOMPSON_SAMPLERS,
+    allocate_across_regions,
+    batch_candidates,
     default_num_candidates,
     generate_batch,
     perturbed_candidates,
     region_bounds,
+    thompson_samples,
 )
 from botorch_sketch.trust_region.discrete import DiscreteColumns
 from botorch_sketch.trust_region.model import (
@@ -32,6 +35,8 @@ __all__ = [
     "THOMPSON_SAMPLERS",
     "DiscreteColumns",
     "TrustRegionState",
+    "allocate_across_regions",
+    "batch_candidates",
     "default_num_candidates",
     "fit_region_model",
     "generate_batch",
@@ -42,5 +47,6 @@ __all__ = [
     "region_bounds",
     "region_covar_module",
     "restart_state",
+    "thompson_samples",
     "update_state",
 ]

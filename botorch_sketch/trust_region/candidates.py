@@ -48,7 +48,7 @@ row (e.g. the best observation, as TuRBO).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from botorch.generation import MaxPosteriorSampling
@@ -67,12 +67,16 @@ __all__ = [
     "JOINT_AUTO_SECONDS",
     "JOINT_MAX_CANDIDATES",
     "THOMPSON_SAMPLERS",
+    "allocate_across_regions",
+    "batch_candidates",
     "default_num_candidates",
     "generate_batch",
     "joint_is_costly",
     "perturbed_candidates",
     "region_bounds",
     "region_candidates",
+    "resolve_sampler",
+    "thompson_samples",
 ]
 
 #: Expected number of perturbed coordinates per candidate (``min(1, 20 / d)``).
@@ -184,11 +188,43 @@ def generate_batch(
         ``discrete``, a discrete column's nearest allowed value to a point in
         the region); ``0 x d`` when no candidate is allowed.
     """
+    check_choice(thompson, THOMPSON_SAMPLERS, "thompson")
+    candidates = batch_candidates(
+        model, state, X, q, num_candidates=num_candidates, seed=seed,
+        library=library, feasible=feasible, center=center, discrete=discrete,
+    )  # fmt: skip
+    k = min(q, candidates.shape[0])
+    if k == 0:
+        return candidates
+    thompson = resolve_sampler(model, candidates, thompson)
+    if thompson == "pathwise":
+        return joint_thompson(model, candidates, k, seed=seed, pathwise=True)
+    if thompson == "joint":
+        return joint_thompson(model, candidates, k, seed=seed)
+    sampler = EmbeddingThompsonSampling(model, replacement=False, seed=seed)
+    return sampler(candidates, num_samples=k)
+
+
+def batch_candidates(
+    model: NystromGP,
+    state: TrustRegionState,
+    X: Tensor,
+    q: int,
+    num_candidates: int | None = None,
+    seed: int | None = None,
+    library: Tensor | None = None,
+    feasible: Callable[[Tensor], Tensor] | None = None,
+    center: int | None = None,
+    discrete: DiscreteColumns | None = None,
+) -> Tensor:
+    r"""The ``A x d`` candidates :func:`generate_batch` samples over (same
+    arguments): perturbed Sobol points of the region around ``X[center]`` (or
+    the library rows in the region, at least the ``q`` nearest), the allowed
+    ones only."""
     if not isinstance(q, int) or isinstance(q, bool) or q < 1:
         raise ValueError(f"q must be a positive int, got {q!r}.")
     if model.num_outputs != 1:
         raise ValueError("generate_batch needs a single-output model.")
-    check_choice(thompson, THOMPSON_SAMPLERS, "thompson")
     if center is None:
         index, _ = incumbent(model, X)
     elif isinstance(center, bool) or not isinstance(center, int):
@@ -197,34 +233,102 @@ def generate_batch(
         raise ValueError(f"center={center} is not a row of the {X.shape[0]} rows.")
     else:
         index = center
-    center = X[index].to(torch.float64)
+    centre = X[index].to(torch.float64)
     if library is None:
         num = num_candidates or default_num_candidates(X.shape[-1])
-        candidates = region_candidates(
-            center, lengthscales(model), state.length, max(num, q), q,
+        return region_candidates(
+            centre, lengthscales(model), state.length, max(num, q), q,
             seed=seed, discrete=discrete, feasible=feasible,
         )  # fmt: skip
-    else:
-        candidates = library.to(center)
-        if feasible is not None:
-            candidates = candidates[feasible(candidates)]
-    if library is not None and candidates.shape[0] > 0:
-        half = half_sides(lengthscales(model).to(center), state.length)
-        gap = ((candidates - center) / half).abs().amax(-1)
+    candidates = library.to(centre)
+    if feasible is not None:
+        candidates = candidates[feasible(candidates)]
+    if candidates.shape[0] > 0:
+        half = half_sides(lengthscales(model).to(centre), state.length)
+        gap = ((candidates - centre) / half).abs().amax(-1)
         inside = int((gap <= 1.0 + 1e-12).sum())
-        keep = gap.argsort()[: max(inside, q)]
-        candidates = candidates[keep]
-    k = min(q, candidates.shape[0])
-    if k == 0:
-        return candidates
+        candidates = candidates[gap.argsort()[: max(inside, q)]]
+    return candidates
+
+
+def resolve_sampler(model: NystromGP, candidates: Tensor, thompson: str) -> str:
+    r"""The sampler ``thompson`` stands for at these ``A x d`` candidates:
+    ``"auto"`` is ``"pathwise"`` where :func:`joint_is_costly`, else
+    ``"joint"``; ``"pathwise"`` needs an exact model (else ``"joint"``); above
+    :data:`JOINT_MAX_CANDIDATES` a ``"joint"`` one is ``"embedding"``."""
     if thompson == "auto":
         thompson = "pathwise" if joint_is_costly(candidates) else "joint"
     if thompson == "pathwise" and model.is_exact:
-        return joint_thompson(model, candidates, k, seed=seed, pathwise=True)
+        return "pathwise"
     if thompson != "embedding" and candidates.shape[0] <= JOINT_MAX_CANDIDATES:
-        return joint_thompson(model, candidates, k, seed=seed)
-    sampler = EmbeddingThompsonSampling(model, replacement=False, seed=seed)
-    return sampler(candidates, num_samples=k)
+        return "joint"
+    return "embedding"
+
+
+def thompson_samples(
+    model: NystromGP,
+    candidates: Tensor,
+    num_samples: int,
+    seed: int | None = None,
+    thompson: str = "auto",
+) -> Tensor:
+    r"""``num_samples x A`` posterior samples of the latent function at the
+    ``A x d`` candidates, in the model's outcome units (maximisation), from
+    the sampler :func:`resolve_sampler` picks: joint
+    (:meth:`~botorch_sketch.models.NystromGP.sample_joint`), by Matheron's rule
+    (``sample_pathwise``) or with the Nyström residual drawn per candidate
+    (``sample_latent``). Samples of different models in the same units are
+    comparable, which is what :func:`allocate_across_regions` needs."""
+    generator = None if seed is None else torch.Generator().manual_seed(seed)
+    sampler = {
+        "joint": model.sample_joint,
+        "pathwise": model.sample_pathwise,
+        "embedding": model.sample_latent,
+    }[resolve_sampler(model, candidates, thompson)]
+    return sampler(candidates, num_samples, generator=generator).squeeze(-1)
+
+
+def allocate_across_regions(
+    candidates: Sequence[Tensor], samples: Sequence[Tensor], k: int
+) -> list[tuple[int, int]]:
+    r"""TuRBO-m's batch over ``R`` regions (Eriksson et al., NeurIPS 2019, Sec. 3):
+    the ``i``-th point is the maximiser of the ``i``-th Thompson samples over
+    every region's candidates together, a point chosen before excluded.
+
+    Args:
+        candidates: ``R`` tensors ``A_r x d`` (unit cube).
+        samples: ``R`` tensors ``S_r x A_r``, samples of each region's model at
+            its candidates in the same outcome units (``S_r >= k``).
+        k: Points wanted.
+
+    Returns:
+        ``(region, row)`` pairs, at most ``k``, in the order chosen; a point
+        equal to one chosen before (another region's candidate, e.g. on a
+        discrete space) is not chosen again.
+    """
+    if len(candidates) != len(samples):
+        raise ValueError("candidates and samples must have one entry per region.")
+    scores = [s.clone() for s in samples]
+    chosen: list[tuple[int, int]] = []
+    for i in range(k):
+        best: tuple[float, int, int] | None = None
+        for r, score in enumerate(scores):
+            if score.shape[-1] == 0 or i >= score.shape[0]:
+                continue
+            row = int(score[i].argmax())
+            value = float(score[i, row])
+            if value > float("-inf") and (best is None or value > best[0]):
+                best = (value, r, row)
+        if best is None:
+            break
+        _, r, row = best
+        point = candidates[r][row]
+        for other, score in zip(candidates, scores, strict=True):
+            if other.shape[0]:
+                same = (other - point).abs().amax(-1) <= 1e-12
+                score[:, same] = float("-inf")
+        chosen.append((r, row))
+    return chosen
 
 
 def joint_is_costly(candidates: Tensor, seconds: float = JOINT_AUTO_SECONDS) -> bool:
