@@ -575,7 +575,7 @@ class TurboGenerator(TorchGenerator):
             records[r] = record
         points, owners = [], []
         for r, record in enumerate(records):
-            take = min(record.design_left, q - len(points))
+            take = min(record.design_left, q - len(owners))
             if take <= 0:
                 continue
             seed = call_seed + 7919 * (r + 1) + 104_729 * record.epoch

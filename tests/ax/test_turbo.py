@@ -64,6 +64,11 @@ def test_registered_with_its_options():
         ({"noise_tolerance": -1.0}, "noise_tolerance must be a finite number >= 0"),
         ({"noise_tolerance": float("nan")}, "noise_tolerance"),
         ({"one_hot_lengthscales": "tied"}, "one_hot_lengthscales must be one of"),
+        ({"num_regions": 0}, "num_regions must be a positive int"),
+        ({"num_regions": 2.0}, "num_regions must be a positive int"),
+        ({"num_regions": 2, "restart": "reopen"}, "takes restart='sobol' only"),
+        ({"num_regions": 3, "region_fit": "warm"}, "takes region_fit='cold' only"),
+        ({"num_regions": 2, "incumbent": "mean"}, "takes incumbent='observed'"),
     ],
 )
 def test_bad_options_fail_in_get_generation_strategy(options, message):
@@ -337,11 +342,12 @@ def test_the_first_region_starts_at_length_init():
 
 
 @pytest.mark.parametrize(
-    "region_fit, restart",
-    [("cold", "sobol"), ("periodic", "reopen"), ("warm", "sobol")],
-)
+    "region_fit, restart, num_regions",
+    [("cold", "sobol", 1), ("periodic", "reopen", 1), ("warm", "sobol", 1),
+     ("cold", "sobol", 3)],
+)  # fmt: skip
 def test_json_save_load_mid_run_continues_with_the_same_arms(
-    tmp_path, region_fit, restart
+    tmp_path, region_fit, restart, num_regions
 ):
     options = {
         "initialization_budget": 4,
@@ -350,6 +356,7 @@ def test_json_save_load_mid_run_continues_with_the_same_arms(
         "region_fit": region_fit,
         "refit_growth": 0.3,
         "restart": restart,
+        "num_regions": num_regions,
     }
     uninterrupted = make_client("turbo-bkb", **options)
     run_trials(uninterrupted, "branin", total=4, json_exact=True)
@@ -368,7 +375,11 @@ def test_json_save_load_mid_run_continues_with_the_same_arms(
     assert last_metadata(loaded) == last_metadata(uninterrupted)
     # A region whose fits can be kept carries its model's sketch along.
     region = region_runs(loaded)[-1]._generator_state_after_gen["region_state"]
-    assert (region["sketch_state"] is not None) == (region_fit != "cold")
+    if num_regions == 1:
+        assert (region["sketch_state"] is not None) == (region_fit != "cold")
+    else:  # the regions' labels came back from the JSON with the data
+        assert len(region["regions"]) == num_regions
+        assert all(r["counted_call"] >= 0 for r in region["regions"])
 
 
 def region_runs(client: Client) -> list:
@@ -432,13 +443,58 @@ def test_a_generator_built_directly_refits_on_the_regions_schedule():
     assert TurboGenerator(surrogate_spec=spec).model_options["refit_growth"] == 0.3
 
 
-def test_pending_trials_get_new_points():
-    client = make_client("turbo-bkb", initialization_budget=4, num_candidates=300)
+@pytest.mark.parametrize("num_regions", [1, 2])
+def test_pending_trials_get_new_points(num_regions):
+    client = make_client(
+        "turbo-bkb",
+        initialization_budget=4,
+        num_candidates=300,
+        num_regions=num_regions,
+    )
     run_trials(client, "branin", total=4)
     first = get_next_batch(client, max_batch_size=4)
     second = get_next_batch(client, max_batch_size=4)  # the first still running
     points = {tuple(p.values()) for p in [*first.values(), *second.values()]}
     assert len(points) == 8
+
+
+def test_several_regions_each_run_their_own_design_and_state():
+    # Three regions on Branin (d = 2, designs of 4): region 0 starts from Ax's
+    # Sobol trials, regions 1 and 2 from their own designs; every arm the
+    # generator makes is labelled with its region, and each region's state
+    # counts its own batches (length_min = 0.3: restarts happen).
+    client = make_client(
+        "turbo-bkb",
+        initialization_budget=4,
+        num_candidates=200,
+        num_regions=3,
+        length_min=0.3,
+    )
+    run_trials(client, "branin", total=4)
+    first = get_next_batch(client, max_batch_size=10)
+    labels = [label_of(client, index) for index in first]
+    assert [label["turbo_region"] for label in labels].count(1) == 4
+    assert [label["turbo_region"] for label in labels].count(2) == 4
+    for index, p in first.items():
+        client.complete_trial(index, raw_data=evaluate("branin", p))
+    for _ in range(6):
+        for index, p in get_next_batch(client, max_batch_size=6).items():
+            assert -5.0 <= p["x0"] <= 10.0 and 0.0 <= p["x1"] <= 15.0
+            assert label_of(client, index)["turbo_region"] in (0, 1, 2)
+            client.complete_trial(index, raw_data=evaluate("branin", p))
+    state = region_runs(client)[-1]._generator_state_after_gen["region_state"]
+    records = state["regions"]
+    assert len(records) == 3 and state["num_calls"] == 7
+    assert sum(r["trust_region"]["restarts"] for r in records) >= 1
+    assert all(r["epoch"] == r["trust_region"]["restarts"] for r in records)
+    lengths = last_metadata(client)["length"]
+    assert len(lengths) == 3 and all(0.3 <= x <= 1.6 for x in lengths)
+
+
+def label_of(client: Client, index: int) -> dict:
+    run = client._experiment.trials[index].generator_runs[0]
+    (label,) = run.candidate_metadata_by_arm_signature.values()
+    return label
 
 
 @pytest.mark.outcome

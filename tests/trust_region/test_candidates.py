@@ -8,11 +8,14 @@ import torch
 from botorch_sketch.trust_region import (
     THOMPSON_SAMPLERS,
     TrustRegionState,
+    allocate_across_regions,
+    batch_candidates,
     fit_region_model,
     generate_batch,
     incumbent,
     perturbed_candidates,
     region_bounds,
+    thompson_samples,
 )
 from botorch_sketch.trust_region.model import lengthscales
 
@@ -196,3 +199,50 @@ def test_auto_samples_pathwise_where_the_joint_factor_is_costly(monkeypatch):
     )
     torch.testing.assert_close(batch("auto"), batch("joint"))
     assert not torch.equal(batch("joint"), batch("pathwise"))
+
+
+def test_allocation_takes_each_samples_best_point_over_every_region():
+    # Region 0 has the larger value in samples 0 and 2, region 1 in sample 1;
+    # region 0's best point of sample 2 was taken by sample 0, so sample 2
+    # takes its next best.
+    C0 = torch.tensor([[0.1], [0.2], [0.3]], dtype=torch.float64)
+    C1 = torch.tensor([[0.7], [0.8]], dtype=torch.float64)
+    S0 = torch.tensor([[5.0, 1.0, 0.0], [0.0, 0.0, 1.0], [4.0, 3.0, 0.0]])
+    S1 = torch.tensor([[2.0, 0.0], [0.0, 9.0], [0.0, 2.0]])
+    assert allocate_across_regions([C0, C1], [S0, S1], 3) == [(0, 0), (1, 1), (0, 1)]
+    # Fewer samples than points asked: as many points as samples.
+    assert len(allocate_across_regions([C0, C1], [S0[:2], S1[:2]], 3)) == 2
+    with pytest.raises(ValueError, match="one entry per region"):
+        allocate_across_regions([C0], [S0, S1], 2)
+
+
+def test_allocation_never_takes_the_same_point_from_two_regions():
+    # A discrete space: both regions propose the configuration (1, 0).
+    C0 = torch.tensor([[1.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    C1 = torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
+    S0 = torch.tensor([[3.0, 0.0], [3.0, 0.0]])
+    S1 = torch.tensor([[0.0, 1.0], [0.0, 4.0]])
+    picks = allocate_across_regions([C0, C1], [S0, S1], 2)
+    points = [tuple(([C0, C1][r][row]).tolist()) for r, row in picks]
+    # Sample 1 prefers region 1's copy of the point sample 0 took: not again.
+    assert picks[0] == (0, 0) and (1, 1) not in picks and len(set(points)) == 2
+
+
+@pytest.mark.parametrize("thompson", ["joint", "embedding", "pathwise"])
+def test_samples_of_the_batch_candidates_are_in_the_models_units(thompson):
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(30, 2, generator=g, dtype=torch.float64)
+    Y = 100.0 - ((X - 0.3) ** 2).sum(-1, keepdim=True)
+    model = fit_region_model(X, Y, seed=0)
+    state = TrustRegionState(dim=2, batch_size=4)
+    C = batch_candidates(model, state, X, 4, num_candidates=300, seed=2)
+    S = thompson_samples(model, C, 4, seed=3, thompson=thompson)
+    assert S.shape == (4, C.shape[0])
+    assert 99.0 < float(S.mean()) < 101.0  # the outcome transform undone
+    torch.testing.assert_close(
+        S, thompson_samples(model, C, 4, seed=3, thompson=thompson)
+    )
+    # generate_batch chooses among the same candidates.
+    batch = generate_batch(model, state, X, 4, num_candidates=300, seed=2)
+    gap = (batch.unsqueeze(1) - C.unsqueeze(0)).abs().amax(-1).min(-1).values
+    assert float(gap.max()) == 0.0
