@@ -63,6 +63,22 @@ NeurIPS 2019) with the sketched GP as the region's model
    level with the fresh design (``benchmarks/results/large_budget.md``): the
    data are what helps.
 
+**Several regions** (``num_regions = m > 1``; TuRBO-m, Eriksson et al.,
+NeurIPS 2019, Sec. 3; :mod:`~botorch_sketch.trust_region.regions`). Each region
+has its own data, model, state machine and restarts; region 0 starts from Ax's
+initial trials, the others from their own Sobol designs of ``2 d`` points, and
+a collapsed region restarts alone with a new design. At each call every region
+with enough data is fitted (cold, as above) and counts its points that arrived
+since it last counted (TuRBO's rule on observed values); the batch is first the
+design points still owed, then ``k`` points by Thompson sampling across the
+regions: the ``i``-th point is the maximiser of the ``i``-th joint samples over
+all regions' candidates together
+(:func:`~botorch_sketch.trust_region.allocate_across_regions`), so a region gets
+points in proportion to how good its samples look. Which region a point belongs
+to is Ax's candidate metadata of its arm (region, epoch, call), so it survives
+out-of-order completion, failed trials and JSON save/load. Each call fits
+``m`` models; ``region_fit``, ``restart`` and ``incumbent`` take their defaults.
+
 **Parameter constraints and libraries.** Candidates that violate Ax's linear
 parameter constraints are dropped. With a ``candidate_set`` (a finite library),
 the candidates are the library rows in the region (the nearest rows when fewer
