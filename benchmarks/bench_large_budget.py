@@ -79,6 +79,9 @@ batches of ``--batch``):
   ``noise_tolerance`` multiplies the reported noise instead of the fitted one
   (``turbo-bkb-sem``, with the default ``noise_tolerance=0``, is the control:
   the region model does not use the errors).
+- ``turbo-bkb-m2`` / ``turbo-bkb-m3`` / ``turbo-bkb-m5``: ``"turbo-bkb"`` with
+  ``num_regions=2`` / ``3`` / ``5`` (TuRBO-m: that many trust regions, the batch
+  allocated across them by Thompson sampling).
 - ``turbo-bkb-mps`` (rows only, not runnable): ``"turbo-bkb"`` before its joint
   Thompson samples were drawn by ``NystromGP.sample_joint`` from a seeded
   generator (commit e822bdc; before, BoTorch's ``MaxPosteriorSampling`` drew them
@@ -250,6 +253,9 @@ METHODS = (
     "turbo-bkb-noise2",
     "turbo-bkb-sem",
     "turbo-bkb-noise1-sem",
+    "turbo-bkb-m2",
+    "turbo-bkb-m3",
+    "turbo-bkb-m5",
     "bbkb-r5",
     "bbkb-basin0.34",
     "bbkb-basin0.5",
