@@ -349,10 +349,14 @@ class TurboGenerator(TorchGenerator):
         self.one_hot_lengthscales = check_choice(
             one_hot_lengthscales, ONE_HOT_LENGTHSCALES, "one_hot_lengthscales"
         )
-        if not isinstance(num_regions, int) or isinstance(num_regions, bool):
-            num_regions = 0
-        if num_regions < 1:
-            raise ValueError("num_regions must be a positive int.")
+        if (
+            isinstance(num_regions, bool)
+            or not isinstance(num_regions, int)
+            or num_regions < 1
+        ):
+            raise ValueError(
+                f"num_regions must be a positive int, got {num_regions!r}."
+            )
         self.num_regions = num_regions
         if num_regions > 1:
             multi_region_options(

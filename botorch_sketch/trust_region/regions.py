@@ -55,32 +55,34 @@ class RegionRecord:
 
     Attributes:
         state: Its :class:`~botorch_sketch.trust_region.TrustRegionState`.
-        epoch: Restarts so far (labels of earlier epochs are not its data).
         design_left: Points of its space-filling design still to propose.
         counted_call: The last call whose points its success test counted
             (``-1``: none).
     """
 
     state: TrustRegionState
-    epoch: int = 0
     design_left: int = 0
     counted_call: int = -1
 
     def __post_init__(self) -> None:
-        for key in ("epoch", "design_left"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{key} must be a non-negative int, got {value!r}.")
+        value = self.design_left
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"design_left must be a non-negative int, got {value!r}.")
         if isinstance(self.counted_call, bool) or not isinstance(
             self.counted_call, int
         ):
             raise ValueError(f"counted_call must be an int, got {self.counted_call!r}.")
 
+    @property
+    def epoch(self) -> int:
+        r"""The region's restarts so far: labels of earlier epochs are not its
+        data."""
+        return self.state.restarts
+
     def to_dict(self) -> dict[str, Any]:
         r"""A JSON-serialisable dict."""
         return {
             "trust_region": self.state.to_dict(),
-            "epoch": self.epoch,
             "design_left": self.design_left,
             "counted_call": self.counted_call,
         }
@@ -90,7 +92,6 @@ class RegionRecord:
         r"""The inverse of :meth:`to_dict`."""
         return cls(
             state=TrustRegionState.from_dict(data["trust_region"]),
-            epoch=int(data["epoch"]),
             design_left=int(data["design_left"]),
             counted_call=int(data["counted_call"]),
         )
@@ -100,7 +101,6 @@ class RegionRecord:
         ``design`` points to propose."""
         return RegionRecord(
             state=restart_state(self.state),
-            epoch=self.epoch + 1,
             design_left=design,
             counted_call=self.counted_call,
         )

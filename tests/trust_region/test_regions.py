@@ -23,16 +23,16 @@ def record(**state) -> RegionRecord:
 
 def test_record_round_trips_and_rejects_bad_fields():
     r = RegionRecord(
-        TrustRegionState(dim=2, batch_size=3, length=0.4, best_value=1.5),
-        epoch=2,
+        TrustRegionState(dim=2, batch_size=3, length=0.4, best_value=1.5, restarts=2),
         design_left=3,
         counted_call=7,
     )
     assert RegionRecord.from_dict(r.to_dict()) == r
+    assert r.epoch == 2  # the epoch is the region's restarts
     fresh = RegionRecord.from_dict(record().to_dict())
-    assert math.isinf(fresh.state.best_value)
-    with pytest.raises(ValueError, match="epoch must be a non-negative int"):
-        RegionRecord(r.state, epoch=-1)
+    assert math.isinf(fresh.state.best_value) and fresh.epoch == 0
+    with pytest.raises(ValueError, match="design_left must be a non-negative int"):
+        RegionRecord(r.state, design_left=-1)
     with pytest.raises(ValueError, match="design_left"):
         RegionRecord(r.state, design_left=1.5)
     with pytest.raises(ValueError, match="counted_call must be an int"):
@@ -91,11 +91,10 @@ def test_a_noise_floor_turns_a_small_gain_into_a_failure():
 
 def test_a_restarted_region_starts_a_new_epoch_with_a_design():
     r = RegionRecord(
-        TrustRegionState(dim=2, batch_size=2, length=0.001, best_value=2.0),
-        epoch=1,
+        TrustRegionState(dim=2, batch_size=2, length=0.001, best_value=2.0, restarts=1),
         counted_call=5,
     )
     again = r.restarted(DESIGN)
     assert again.epoch == 2 and again.design_left == DESIGN
     assert again.state.length == 0.8 and math.isinf(again.state.best_value)
-    assert again.state.restarts == 1 and again.counted_call == 5
+    assert again.state.restarts == 2 and again.counted_call == 5
