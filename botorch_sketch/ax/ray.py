@@ -87,6 +87,7 @@ from ax.storage.json_store.registry import (
     CORE_ENCODER_REGISTRY,
 )
 
+from botorch_sketch.ax.pending import fast_metric_availability
 from botorch_sketch.ax.trials import gen_filled_batch, trials_left_in_generating_node
 
 __all__ = [
@@ -883,24 +884,29 @@ class LookaheadOrchestrator(Orchestrator):
         On a node with ``AdaptiveBatchAcquisition`` (single-arm trials): one BBKB
         batch of ``num_trials`` points (:func:`gen_filled_batch`); otherwise
         ``GenerationStrategy.gen(num_trials=...)``. ``experiment``: the one to
-        generate for (default: the orchestrator's).
+        generate for (default: the orchestrator's). Pending points are found
+        with :func:`~botorch_sketch.ax.pending.fast_metric_availability`.
         """
         experiment = self.experiment if experiment is None else experiment
         fixed = get_fixed_features_from_experiment(experiment)
-        if last_node and self.options.trial_type == TrialType.TRIAL:
-            runs = gen_filled_batch(
-                self.generation_strategy, experiment, num_trials, fixed_features=fixed
+        with fast_metric_availability():
+            if last_node and self.options.trial_type == TrialType.TRIAL:
+                runs = gen_filled_batch(
+                    self.generation_strategy,
+                    experiment,
+                    num_trials,
+                    fixed_features=fixed,
+                )
+                if runs is not None:
+                    return [[run] for run in runs]
+            if experiment is self.experiment:
+                return super()._gen_new_trials_from_generation_strategy(
+                    num_trials=num_trials, n=n
+                )
+            self.generation_strategy.experiment = experiment
+            return self.generation_strategy.gen(
+                experiment=experiment, num_trials=num_trials, n=n, fixed_features=fixed
             )
-            if runs is not None:
-                return [[run] for run in runs]
-        if experiment is self.experiment:
-            return super()._gen_new_trials_from_generation_strategy(
-                num_trials=num_trials, n=n
-            )
-        self.generation_strategy.experiment = experiment
-        return self.generation_strategy.gen(
-            experiment=experiment, num_trials=num_trials, n=n, fixed_features=fixed
-        )
 
     def _drop_stale_queue(self) -> None:
         if not self._queue:

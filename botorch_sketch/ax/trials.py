@@ -47,6 +47,7 @@ from ax.utils.common.random import with_rng_seed
 
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
 from botorch_sketch.ax.generator import SketchGenerators
+from botorch_sketch.ax.pending import fast_metric_availability
 from botorch_sketch.ax.turbo import TurboGenerators
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ def new_adaptive_batch_trial(
         ``trial.mark_completed()``.
     """
     _check_size(max_batch_size)
-    with _expected_short_batches():
+    with _expected_short_batches(), fast_metric_availability():
         run = generation_strategy.gen_single_trial(
             experiment=experiment, n=max_batch_size
         )
@@ -135,7 +136,11 @@ def get_next_batch(client: Client, max_batch_size: int) -> dict[int, dict]:
     if not _is_adaptive(node):
         remaining = _remaining_in_node(node, experiment)
         return client.get_next_trials(max_trials=min(max_batch_size, remaining))
-    with with_rng_seed(seed=client._random_seed), _expected_short_batches():
+    with (
+        with_rng_seed(seed=client._random_seed),
+        _expected_short_batches(),
+        fast_metric_availability(),
+    ):
         run = strategy.gen_single_trial(experiment=experiment, n=max_batch_size)
     runs = split_generator_run(run, batch_id=len(experiment.trials))
     created: list[Trial] = []
@@ -196,7 +201,7 @@ def gen_filled_batch(
                 **(options or {}),
                 "min_batch_size": n,
             }
-        with _expected_short_batches():
+        with _expected_short_batches(), fast_metric_availability():
             (runs,) = strategy.gen(
                 experiment=experiment, n=n, fixed_features=fixed_features
             )
