@@ -1,0 +1,165 @@
+"""Ax's pending-point bookkeeping per generation call, against the one-pass version.
+
+Every ``GenerationStrategy.gen`` call starts with Ax's
+``extract_pending_observations``; past 100 one-arm trials it asks
+``compute_metric_availability`` about every completed trial.
+:func:`botorch_sketch.ax.pending.fast_metric_availability` swaps in the one-pass
+:func:`~botorch_sketch.ax.pending.metric_availability` during the package's
+generation calls. This script builds an ``ax.Client`` experiment of one-arm
+trials on a 10-parameter box (completed by batches of 100 with
+``complete_trials``, the last batch left running so some points are pending),
+and at each size in ``--sizes`` times, in CPU seconds (median of ``--repeats``,
+one thread): Ax's ``extract_pending_observations``, the same with the one-pass
+availability (and checks that both return the same pending points), and, for
+scale, Ax's ``extract_experiment_data`` (the data extraction every ``Adapter``
+makes next, untouched here). Writes ``results/pending.csv`` and
+``results/pending.md``.
+
+Usage::
+
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/bench_pending.py
+    PYTHONPATH=$PWD python benchmarks/bench_pending.py --smoke   # seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import harness  # noqa: E402
+
+logger = logging.getLogger("bench_pending")
+
+
+def cpu_median(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
+    """Median CPU seconds of ``repeats`` calls of ``fn``, and its last result."""
+    times, out = [], None
+    for _ in range(repeats):
+        t0 = time.process_time()
+        out = fn()
+        times.append(time.process_time() - t0)
+    return statistics.median(times), out
+
+
+def grow(client, size: int, rng: np.random.Generator, running: int) -> None:
+    """Add one-arm trials up to ``size``: all completed but the last ``running``."""
+    from ax.core.arm import Arm
+    from ax.core.generator_run import GeneratorRun
+
+    from botorch_sketch.ax import complete_trials
+
+    experiment = client._experiment
+    while len(experiment.trials) < size:
+        created = []
+        for _ in range(min(100, size - len(experiment.trials))):
+            params = {f"x{j}": float(rng.random()) for j in range(10)}
+            run = GeneratorRun(arms=[Arm(parameters=params)])
+            trial = experiment.new_trial(generator_run=run)
+            trial.mark_running(no_runner_required=True)
+            created.append(trial.index)
+        if len(experiment.trials) == size:
+            created = created[: len(created) - running]
+        complete_trials(client, {i: {"f": float(rng.random())} for i in created})
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="500,1000,2000,5000,10000")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--running", type=int, default=8)
+    p.add_argument("--out", type=Path, default=harness.RESULTS)
+    p.add_argument("--smoke", action="store_true", help="a seconds-long run in tmp/")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    torch.set_num_threads(1)
+    if args.smoke:
+        args.out, args.sizes = harness.RESULTS / "tmp" / "pending_smoke", "150,300"
+    from ax import Client, RangeParameterConfig
+    from ax.core.data_utils import DataLoaderConfig, extract_experiment_data
+    from ax.core.utils import extract_pending_observations
+
+    from botorch_sketch.ax import complete_trials
+    from botorch_sketch.ax.pending import fast_metric_availability
+
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("ax"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+    client = Client(random_seed=0)
+    client.configure_experiment(
+        parameters=[
+            RangeParameterConfig(
+                name=f"x{i}", bounds=(0.0, 1.0), parameter_type="float"
+            )
+            for i in range(10)
+        ]
+    )
+    client.configure_optimization(objective="-f")
+    experiment, rng, rows, same = client._experiment, np.random.default_rng(0), [], True
+
+    def fast_pending():
+        with fast_metric_availability():
+            return extract_pending_observations(experiment)
+
+    for size in (int(s) for s in args.sizes.split(",")):
+        # The trials left running at the last size are completed now.
+        pending = [t.index for t in experiment.trials.values() if t.status.is_running]
+        if pending:
+            complete_trials(client, {i: {"f": float(rng.random())} for i in pending})
+        grow(client, size, rng, args.running)
+        ax_s, ax_out = cpu_median(
+            lambda: extract_pending_observations(experiment), args.repeats
+        )
+        ours_s, ours_out = cpu_median(fast_pending, args.repeats)
+        data_s, _ = cpu_median(
+            lambda: extract_experiment_data(experiment, DataLoaderConfig()),
+            args.repeats,
+        )
+        same = same and ax_out == ours_out
+        rows.append(
+            {
+                "trials": size,
+                "running": args.running,
+                "pending_ax_cpu_s": round(ax_s, 4),
+                "pending_one_pass_cpu_s": round(ours_s, 4),
+                "speedup": round(ax_s / max(ours_s, 1e-9), 1),
+                "extract_experiment_data_cpu_s": round(data_s, 4),
+                "same_pending": ax_out == ours_out,
+                "commit": harness.git_head(),
+            }
+        )
+        logger.info("%s", rows[-1])
+    args.out.mkdir(parents=True, exist_ok=True)
+    harness.write_csv(args.out / "pending.csv", rows)
+    intro = (
+        "CPU seconds (median of "
+        f"{args.repeats}, one torch thread) of Ax's `extract_pending_observations` "
+        "on an experiment of one-arm trials (all completed but the last "
+        f"{args.running}), with Ax's `compute_metric_availability` and with the "
+        "one-pass `botorch_sketch.ax.pending.metric_availability`; "
+        "`same_pending`: both return the same pending points. "
+        "`extract_experiment_data`: Ax's data extraction of every `Adapter`, "
+        "which the package leaves as it is, for scale."
+    )
+    harness.write_report(
+        args.out / "pending.md",
+        "Pending points per generation call: Ax's availability against one pass",
+        [intro, harness.markdown_table(rows)],
+    )
+    if not same:
+        logger.error("the two ways returned different pending points")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
