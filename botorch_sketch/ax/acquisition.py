@@ -87,7 +87,7 @@ from botorch_sketch.optim.adaptive_batch import (
     StepOptimizer,
     optimize_acqf_adaptive_batch,
 )
-from botorch_sketch.optim.new_points import NeighborhoodSearch
+from botorch_sketch.optim.new_points import NeighborhoodSearch, matches_any
 from botorch_sketch.optim.stall import DEFAULT_STALL_BASIN_SHARE
 from botorch_sketch.optim.step_tolerance import DEFAULT_GRADIENT_TOLERANCE
 
@@ -114,8 +114,6 @@ ADAPTIVE_BATCH_OPTIONS: dict[str, Any] = {
 }
 #: Keys that Ax itself may put into ``acquisition_options``.
 _AX_OWNED_OPTIONS = frozenset({"prune_irrelevant_parameters", "subset_model"})
-#: Rows closer than this (max-abs, model space) count as the same candidate.
-SAME_POINT_ATOL = 1e-9
 
 
 class AdaptiveBatchAcquisition(Acquisition):
@@ -316,7 +314,7 @@ class AdaptiveBatchAcquisition(Acquisition):
             return choices
         taken = [t for t in (self.X_observed, self.X_pending) if t is not None]
         if taken:
-            keep = ~_matches_any(choices, torch.cat(taken).to(choices))
+            keep = ~matches_any(choices, torch.cat(taken))
             choices = choices[keep]
         if choices.shape[0] == 0:
             raise SearchSpaceExhausted(
@@ -324,15 +322,6 @@ class AdaptiveBatchAcquisition(Acquisition):
                 "allow_repeats=True to evaluate candidates again."
             )
         return choices
-
-
-def _matches_any(A: Tensor, B: Tensor, chunk: int = 4096) -> Tensor:
-    r"""``A``-long mask: row ``a`` equals (to ``SAME_POINT_ATOL``) some row of ``B``."""
-    out = torch.zeros(A.shape[0], dtype=torch.bool, device=A.device)
-    for start in range(0, B.shape[0], chunk):
-        diff = (A.unsqueeze(1) - B[start : start + chunk].unsqueeze(0)).abs()
-        out |= (diff.amax(dim=-1) <= SAME_POINT_ATOL).any(dim=-1)
-    return out
 
 
 def _num_rows(X: Tensor | None) -> int:

@@ -142,6 +142,7 @@ from torch.quasirandom import SobolEngine
 from botorch_sketch.ax.encoding import discrete_columns
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.models.validation import check_choice, check_nonnegative_number
+from botorch_sketch.optim.new_points import matches_any
 from botorch_sketch.trust_region import (
     THOMPSON_SAMPLERS,
     DiscreteColumns,
@@ -176,8 +177,6 @@ __all__ = [
     "turbo_generator_kwargs",
 ]
 
-#: Points closer than this (max-abs, unit cube) are the same point.
-SAME_POINT_ATOL = 1e-9
 #: Registry key of :class:`TurboGenerator` (stored in generator runs).
 TURBO_GENERATOR_KEY = "TurboBKB"
 
@@ -774,9 +773,8 @@ class TurboGenerator(TorchGenerator):
             if constraints is not None:
                 A, b = (t.to(Z) for t in constraints)
                 ok &= (self._from_unit(Z) @ A.T <= b.T + 1e-9).all(-1)
-            if taken is not None and taken.shape[0] > 0:
-                gap = (Z.unsqueeze(1) - taken.to(Z).unsqueeze(0)).abs().amax(-1)
-                ok &= gap.min(-1).values > SAME_POINT_ATOL
+            if taken is not None:
+                ok &= ~matches_any(Z, taken)
             return ok
 
         return feasible

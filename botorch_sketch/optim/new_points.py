@@ -72,17 +72,25 @@ def observed_inputs(model: NystromGP) -> Tensor:
     return X.detach()
 
 
-def matches_any(X: Tensor, taken: Tensor, chunk: int = 4096) -> Tensor:
+def matches_any(X: Tensor, taken: Tensor, block: int = 1 << 20) -> Tensor:
     r"""``n``-long mask: row ``i`` of ``X`` (``n x d``) is a row of ``taken``.
 
     Equal means ``max_j |X_ij - T_kj| <= SAME_POINT_ATOL`` (no distance through
-    a matrix product, whose rounding can exceed the tolerance).
+    a matrix product, whose rounding can exceed the tolerance). Compared in
+    blocks of at most about ``block`` row pairs, so the temporary is
+    ``O(block d)`` whatever ``n`` and the number of taken rows.
     """
     out = torch.zeros(X.shape[0], dtype=torch.bool, device=X.device)
     taken = taken.to(X)
-    for start in range(0, taken.shape[0], chunk):
-        diff = (X.unsqueeze(1) - taken[start : start + chunk].unsqueeze(0)).abs()
-        out |= (diff.amax(dim=-1) <= SAME_POINT_ATOL).any(dim=-1)
+    if X.shape[0] == 0 or taken.shape[0] == 0:
+        return out
+    cols = max(1, min(taken.shape[0], block // max(X.shape[0], 1)))
+    rows = max(1, block // cols)
+    for t in range(0, taken.shape[0], cols):
+        T = taken[t : t + cols].unsqueeze(0)
+        for r in range(0, X.shape[0], rows):
+            diff = (X[r : r + rows].unsqueeze(1) - T).abs().amax(dim=-1)
+            out[r : r + rows] |= (diff <= SAME_POINT_ATOL).any(dim=-1)
     return out
 
 

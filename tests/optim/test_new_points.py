@@ -203,6 +203,22 @@ def test_matches_any_is_exact_where_cdist_rounds():
     assert not matches_any(X + 1e-6, X).any()
 
 
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 20])
+def test_matches_any_in_blocks_equals_all_pairs(block):
+    """Any block size gives the all-pairs answer (repeats, near misses, the
+    float32 side cast to the data's dtype), and empty sides give no match."""
+    g = torch.Generator().manual_seed(1)
+    taken = torch.randint(0, 3, (23, 4), generator=g).to(DT) / 2
+    X = torch.cat(
+        [taken[::3], taken[:5] + 2e-9, torch.rand(9, 4, generator=g, dtype=DT)]
+    )
+    expected = ((X[:, None] - taken[None]).abs().amax(-1) <= 1e-9).any(-1)
+    assert expected.sum() == 8  # the repeats only, not the near misses
+    assert torch.equal(matches_any(X, taken.float(), block=block), expected)
+    assert not matches_any(X, taken[:0], block=block).any()
+    assert matches_any(X[:0], taken, block=block).shape == (0,)
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
