@@ -36,21 +36,7 @@ logger = logging.getLogger("bench_completion")
 
 def run(trials: int, batch: int, mode: str, seed: int = 0) -> tuple[dict, object]:
     """Cumulative completion CPU seconds after every 1,000 trials, and the data."""
-    from ax import Client, RangeParameterConfig
-
-    client = Client(random_seed=seed)
-    client.configure_experiment(
-        parameters=[
-            RangeParameterConfig(
-                name=f"x{i}", bounds=(0.0, 1.0), parameter_type="float"
-            )
-            for i in range(10)
-        ]
-    )
-    client.configure_optimization(objective="-f")
-    for name in list(logging.root.manager.loggerDict):
-        if name.startswith("ax"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+    client = harness.box_client(seed=seed)
     rng = np.random.default_rng(seed)
     spent, marks = 0.0, {}
     while len(client._experiment.trials) < trials:
@@ -104,8 +90,6 @@ def main(argv: list[str] | None = None) -> int:
         }
         for n in sorted(marks["trial"])
     ]
-    args.out.mkdir(parents=True, exist_ok=True)
-    harness.write_csv(args.out / "completion.csv", rows)
     intro = (
         f"CPU seconds spent completing trials and reading the data once per "
         f"batch (cumulative), batches of "
@@ -113,10 +97,12 @@ def main(argv: list[str] | None = None) -> int:
         "against one `complete_trials` per batch. `same_data`: both end with "
         "the same experiment data."
     )
-    harness.write_report(
-        args.out / "completion.md",
+    harness.write_table(
+        args.out,
+        "completion",
         "Completing trials: per trial against per batch",
-        [intro, harness.markdown_table(rows)],
+        intro,
+        rows,
     )
     if not same:
         logger.error("the two ways ended with different data")

@@ -84,26 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     if args.smoke:
         args.out, args.sizes = harness.RESULTS / "tmp" / "pending_smoke", "150,300"
-    from ax import Client, RangeParameterConfig
     from ax.core.data_utils import DataLoaderConfig, extract_experiment_data
     from ax.core.utils import extract_pending_observations
 
     from botorch_sketch.ax import complete_trials
     from botorch_sketch.ax.pending import fast_metric_availability
 
-    for name in list(logging.root.manager.loggerDict):
-        if name.startswith("ax"):
-            logging.getLogger(name).setLevel(logging.WARNING)
-    client = Client(random_seed=0)
-    client.configure_experiment(
-        parameters=[
-            RangeParameterConfig(
-                name=f"x{i}", bounds=(0.0, 1.0), parameter_type="float"
-            )
-            for i in range(10)
-        ]
-    )
-    client.configure_optimization(objective="-f")
+    client = harness.box_client()
     experiment, rng, rows, same = client._experiment, np.random.default_rng(0), [], True
 
     def fast_pending():
@@ -138,8 +125,6 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
         logger.info("%s", rows[-1])
-    args.out.mkdir(parents=True, exist_ok=True)
-    harness.write_csv(args.out / "pending.csv", rows)
     intro = (
         "CPU seconds (median of "
         f"{args.repeats}, one torch thread) of Ax's `extract_pending_observations` "
@@ -150,10 +135,12 @@ def main(argv: list[str] | None = None) -> int:
         "`extract_experiment_data`: Ax's data extraction of every `Adapter`, "
         "which the package leaves as it is, for scale."
     )
-    harness.write_report(
-        args.out / "pending.md",
+    harness.write_table(
+        args.out,
+        "pending",
         "Pending points per generation call: Ax's availability against one pass",
-        [intro, harness.markdown_table(rows)],
+        intro,
+        rows,
     )
     if not same:
         logger.error("the two ways returned different pending points")

@@ -56,8 +56,10 @@ __all__ = [
     "quiet_single_thread",
     "read_csv",
     "timed",
+    "box_client",
     "write_csv",
     "write_report",
+    "write_table",
 ]
 
 
@@ -265,6 +267,37 @@ def write_report(path: Path, title: str, sections: Sequence[str]) -> None:
     body += ["## Machine", "", machine_details(), ""]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(body))
+
+
+def write_table(
+    out: Path, stem: str, title: str, intro: str, rows: Sequence[dict[str, Any]]
+) -> None:
+    """``out/stem.csv`` (the rows) and ``out/stem.md`` (title, intro, the rows
+    as a table, machine and command)."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / f"{stem}.csv", rows)
+    write_report(out / f"{stem}.md", title, [intro, markdown_table(rows)])
+
+
+def box_client(dim: int = 10, seed: int = 0) -> Any:
+    """An ``ax.Client`` minimising ``f`` over ``x0 .. x{dim-1}`` in ``[0, 1]``,
+    Ax's loggers at WARNING."""
+    from ax import Client, RangeParameterConfig
+
+    client = Client(random_seed=seed)
+    client.configure_experiment(
+        parameters=[
+            RangeParameterConfig(
+                name=f"x{i}", bounds=(0.0, 1.0), parameter_type="float"
+            )
+            for i in range(dim)
+        ]
+    )
+    client.configure_optimization(objective="-f")
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("ax"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+    return client
 
 
 def figure(*args: Any, **kwargs: Any) -> Any:
