@@ -46,6 +46,7 @@ RESULTS = REPO_ROOT / "benchmarks" / "results"
 __all__ = [
     "REPO_ROOT",
     "RESULTS",
+    "box_client",
     "cpu_model",
     "figure",
     "git_head",
@@ -56,7 +57,6 @@ __all__ = [
     "quiet_single_thread",
     "read_csv",
     "timed",
-    "box_client",
     "write_csv",
     "write_report",
     "write_table",

@@ -24,7 +24,7 @@ untouched.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import ax.core.utils as ax_core_utils
@@ -35,8 +35,9 @@ from ax.core.utils import MetricAvailability
 __all__ = ["fast_metric_availability", "metric_availability"]
 
 _LOCK = threading.Lock()
+#: Blocks open in any thread, and the function Ax's module held when the first opened.
 _DEPTH = 0
-_REPLACED: list = []  # the function found in Ax's module when the first block opened
+_REPLACED: Callable[..., dict[int, MetricAvailability]] | None = None
 
 
 def metric_availability(
@@ -104,10 +105,10 @@ def fast_metric_availability() -> Iterator[None]:
     r"""Use :func:`metric_availability` for Ax's ``compute_metric_availability``
     inside the block (re-entrant and thread-safe: whatever Ax's module held
     before is back once the last block open in any thread has closed)."""
-    global _DEPTH
+    global _DEPTH, _REPLACED
     with _LOCK:
         if _DEPTH == 0:
-            _REPLACED[:] = [ax_core_utils.compute_metric_availability]
+            _REPLACED = ax_core_utils.compute_metric_availability
             ax_core_utils.compute_metric_availability = metric_availability
         _DEPTH += 1
     try:
@@ -116,4 +117,5 @@ def fast_metric_availability() -> Iterator[None]:
         with _LOCK:
             _DEPTH -= 1
             if _DEPTH == 0:
-                (ax_core_utils.compute_metric_availability,) = _REPLACED
+                ax_core_utils.compute_metric_availability = _REPLACED
+                _REPLACED = None

@@ -59,7 +59,7 @@ from botorch_sketch.generation.thompson import EmbeddingThompsonSampling
 from botorch_sketch.models.budget import device_facts
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.models.validation import check_choice
-from botorch_sketch.optim.new_points import SAME_POINT_ATOL
+from botorch_sketch.optim.new_points import matches_any
 from botorch_sketch.trust_region.discrete import DiscreteColumns
 from botorch_sketch.trust_region.model import incumbent, lengthscales
 from botorch_sketch.trust_region.state import TrustRegionState
@@ -304,9 +304,9 @@ def allocate_across_regions(
 
     Returns:
         ``(region, row)`` pairs, at most ``k``, in the order chosen; a point
-        equal to one chosen before (to ``SAME_POINT_ATOL`` in every
-        coordinate; another region's candidate, e.g. on a discrete space) is
-        not chosen again.
+        equal to one chosen before
+        (:func:`~botorch_sketch.optim.new_points.matches_any`; another region's
+        candidate, e.g. on a discrete space) is not chosen again.
     """
     if len(candidates) != len(samples):
         raise ValueError("candidates and samples must have one entry per region.")
@@ -326,9 +326,7 @@ def allocate_across_regions(
         _, r, row = best
         point = candidates[r][row]
         for other, score in zip(candidates, scores, strict=True):
-            if other.shape[0]:
-                same = (other - point).abs().amax(-1) <= SAME_POINT_ATOL
-                score[:, same] = float("-inf")
+            score[:, matches_any(other, point.unsqueeze(0))] = float("-inf")
         chosen.append((r, row))
     return chosen
 
