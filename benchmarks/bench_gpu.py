@@ -16,12 +16,20 @@ rows made of the Cadata rows tiled with a small seeded jitter (T =
 ``--tiled-T``), arms and oracle on the device: loop seconds, regret ratio,
 batches, dictionary size.
 
+Trust-region rows (``--region-sizes``): one "turbo-bkb" step on the device, the
+region model's fit (``fit_region_model`` with its device-derived choices: every
+point where the device affords the exact posterior, else the sketch) and an
+8-point Thompson batch (``generate_batch``, ``thompson="auto"``) on ``n``
+noisy Ackley20 points (noise sd 0.05) in a box of side 0.4 of the unit cube:
+the seconds of each, the dictionary size and the sampler used.
+
 Output: ``benchmarks/results/gpu_<device>.jsonl`` (one JSON object per row,
 appended as each row ends, with the machine line) and ``gpu_<device>.md``.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_gpu.py --device cpu --quick
     python benchmarks/bench_gpu.py --device cuda            # every row, one GPU
     python benchmarks/bench_gpu.py --device cuda --tiled-rows 1000000
+    python benchmarks/bench_gpu.py --device cuda --methods none --region-sizes 1000,4000
 """
 
 from __future__ import annotations
@@ -41,11 +49,19 @@ from typing import Any
 import torch
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
+from botorch.test_functions import Ackley
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from botorch_sketch.bbkb import fixed_rbf_kernel
 from botorch_sketch.loops import noisy_oracle, run_bbkb
 from botorch_sketch.models import NystromGP
+from botorch_sketch.trust_region import (
+    TrustRegionState,
+    batch_candidates,
+    fit_region_model,
+    generate_batch,
+)
+from botorch_sketch.trust_region.candidates import resolve_sampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_nystrom import load_data  # noqa: E402
@@ -144,7 +160,7 @@ def _report(model: Any) -> dict[str, Any]:
     report = getattr(model, "dictionary_report", None)
     if report is None:
         return {}
-    keys = ("cap", "capped", "residual", "fit_subset_size")
+    keys = ("cap", "capped", "residual", "fit_subset_size", "refine_iterations")
     return {k: report.get(k) for k in keys}
 
 
@@ -217,6 +233,37 @@ def bbkb_row(rows: int | None, T: int, args: argparse.Namespace) -> dict[str, An
     }
 
 
+def region_row(n: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One trust-region step (fit + 8-point Thompson batch) on ``n`` points."""
+    device, d, q = torch.device(args.device), 20, 8
+    g = torch.Generator().manual_seed(args.seed)
+    X = 0.3 + 0.4 * torch.rand(n, d, generator=g, dtype=torch.float64)
+    f = Ackley(dim=d, bounds=[(-5.0, 10.0)] * d)
+    Y = -f(-5.0 + 15.0 * X) + 0.05 * torch.randn(n, generator=g, dtype=X.dtype)
+    X, Y = X.to(device), Y.unsqueeze(-1).to(device)
+    fit_region_model(X[:50], Y[:50], seed=args.seed)  # imports and kernels warm
+    model, fit_s = clock(lambda: fit_region_model(X, Y, seed=args.seed), device)
+    state = TrustRegionState(dim=d, batch_size=q, length=0.2)
+    batch, gen_s = clock(
+        lambda: generate_batch(model, state, X, q, seed=args.seed), device
+    )
+    sampler = resolve_sampler(
+        model, batch_candidates(model, state, X, q, seed=args.seed), "auto"
+    )
+    return {
+        "kind": "region",
+        "dataset": f"ackley{d} box",
+        "n": n,
+        "m": int(model.dictionary_indices.numel()),
+        "exact": bool(model.is_exact),
+        "sampler": sampler,
+        "fit_s": fit_s,
+        "gen_s": gen_s,
+        "total_s": fit_s + gen_s,
+        "batch_on_device": batch.device.type == device.type,
+    }
+
+
 def plan(args: argparse.Namespace) -> list[tuple[str, tuple]]:
     cells = QUICK_CELLS if args.quick else MODEL_CELLS
     if args.cells:
@@ -237,12 +284,14 @@ def plan(args: argparse.Namespace) -> list[tuple[str, tuple]]:
         jobs.append(("bbkb", (None, args.bbkb_T)))
     if args.tiled_rows:
         jobs.append(("bbkb", (args.tiled_rows, args.tiled_T)))
-    return jobs
+    sizes = [int(n) for n in args.region_sizes.split(",") if n]
+    return jobs + [("region", (n,)) for n in sizes]
 
 
 def report(rows: list[dict[str, Any]], path: Path, machine: str, argv: str) -> None:
     models = [r for r in rows if r["kind"] == "model"]
     bbkb = [r for r in rows if r["kind"] == "bbkb"]
+    region = [r for r in rows if r["kind"] == "region"]
     cols = [
         "dataset",
         "n",
@@ -251,6 +300,7 @@ def report(rows: list[dict[str, Any]], path: Path, machine: str, argv: str) -> N
         "cap",
         "residual",
         "fit_subset_size",
+        "refine_iterations",
         "fit_s",
         "predict_s",
         "total_s",
@@ -259,6 +309,7 @@ def report(rows: list[dict[str, Any]], path: Path, machine: str, argv: str) -> N
         "peak_gb",
         "load",
     ]
+    rcols = ["dataset", "n", "m", "exact", "sampler", "fit_s", "gen_s", "total_s"]
     bcols = ["dataset", "n", "T", "loop_s", "regret_ratio", "batches", "m", "arms_sha"]
     text = [
         f"# NystromGP and BBKB on `{rows[0]['device'] if rows else '?'}`",
@@ -273,6 +324,10 @@ def report(rows: list[dict[str, Any]], path: Path, machine: str, argv: str) -> N
         "## BBKB engine (Global-BBKB, standardized Cadata)",
         "",
         markdown_table(bbkb, bcols) if bbkb else "(none)",
+        "",
+        "## One trust-region step (fit + 8-point Thompson batch)",
+        "",
+        markdown_table(region, rcols) if region else "(none)",
         "",
     ]
     path.write_text("\n".join(text))
@@ -291,6 +346,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tiled-T", type=int, default=2000)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument(
+        "--region-sizes",
+        default="",
+        help="trust-region step rows at these numbers of points, e.g. 1000,4000",
+    )
+    p.add_argument(
         "--methods",
         default="exact,nystrom,budget,bbkb",
         help="rows to run: exact, nystrom, budget (model rows), bbkb",
@@ -302,6 +362,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.exact_max_n is None:
         args.exact_max_n = 20000 if args.device.startswith("cuda") else 4000
     return args
+
+
+ROWS = {"model": model_row, "bbkb": bbkb_row, "region": region_row}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -318,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for kind, job in plan(args):
         try:
-            row = model_row(*job, args) if kind == "model" else bbkb_row(*job, args)
+            row = ROWS[kind](*job, args)
         except Exception as err:  # out of memory or a failure: recorded, not fatal
             message = f"{type(err).__name__}: {err}"[:300]
             row = {

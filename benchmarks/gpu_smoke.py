@@ -38,6 +38,11 @@ from botorch_sketch import (
     NystromGP,
 )
 from botorch_sketch.optim import optimize_acqf_adaptive_batch
+from botorch_sketch.trust_region import (
+    TrustRegionState,
+    fit_region_model,
+    generate_batch,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import RESULTS, machine_details  # noqa: E402
@@ -176,6 +181,66 @@ def goucb(device: torch.device) -> list[torch.Tensor]:
     return [post.mean, post.variance]
 
 
+def nystrom_every_point(device: torch.device) -> list[torch.Tensor]:
+    """``dictionary="all"``: the exact posterior (one Cholesky factor)."""
+    X, Y = data(1500, 4, device)
+    model = NystromGP(X, Y, seed=0, dictionary="all", fit_subset_size=1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+    Xt = data(500, 4, torch.device("cpu"))[0].flip(0).to(device)
+    with torch.no_grad():
+        post = model.eval().posterior(Xt)
+    return [post.mean, post.variance]
+
+
+def nystrom_sample_joint(device: torch.device) -> list[torch.Tensor]:
+    """Joint samples of the sketched model at 800 points (CPU-seeded noise)."""
+    model = fitted_nystrom(device)
+    Xt = data(800, 4, torch.device("cpu"))[0].flip(0).to(device)
+    g = torch.Generator().manual_seed(0)
+    return [model.sample_joint(Xt, 16, generator=g)]
+
+
+def region_data(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """400 points of 4 floats and a 3-level one-hot group (columns 4-6)."""
+    X, Y = data(400, 4, torch.device("cpu"))
+    level = torch.arange(400) % 3
+    one_hot = torch.nn.functional.one_hot(level, 3).to(DT)
+    return torch.cat([X, one_hot], -1).to(device), (Y + 0.3 * level[:, None]).to(device)
+
+
+def fitted_region(device: torch.device) -> NystromGP:
+    return copy.deepcopy(_fitted_region(str(device)))
+
+
+@functools.cache
+def _fitted_region(name: str) -> NystromGP:
+    X, Y = region_data(torch.device(name))
+    return fit_region_model(X, Y, seed=0, one_hot=[[4, 5, 6]]).eval()
+
+
+def region_model(device: torch.device) -> list[torch.Tensor]:
+    """The trust region's model (grouped one-hot kernel, every point)."""
+    model = fitted_region(device)
+    Xt = region_data(torch.device("cpu"))[0].flip(0)[:100].to(device)
+    with torch.no_grad():
+        post = model.posterior(Xt)
+    return [post.mean, post.variance, model.dictionary_indices]
+
+
+def region_batch(device: torch.device, thompson: str) -> list[torch.Tensor]:
+    """Eight points of one trust region by Thompson sampling (``thompson``)."""
+    model = fitted_region(device)
+    X = region_data(device)[0]
+    state = TrustRegionState(dim=7, batch_size=8, length=0.4)
+    return [
+        generate_batch(
+            model, state, X, 8, num_candidates=2000, seed=0, thompson=thompson
+        )
+    ]
+
+
 CHECKS: dict[str, Callable[[torch.device], list[torch.Tensor]]] = {
     "nystrom_posterior": nystrom_posterior,
     "nystrom_moved_to_device": nystrom_moved,
@@ -186,6 +251,12 @@ CHECKS: dict[str, Callable[[torch.device], list[torch.Tensor]]] = {
     "embedding_thompson": thompson,
     "gssbo_posterior": gssbo,
     "goucb_posterior": goucb,
+    "nystrom_every_point": nystrom_every_point,
+    "nystrom_sample_joint": nystrom_sample_joint,
+    "region_model": region_model,
+    "region_batch_joint": functools.partial(region_batch, thompson="joint"),
+    "region_batch_pathwise": functools.partial(region_batch, thompson="pathwise"),
+    "region_batch_embedding": functools.partial(region_batch, thompson="embedding"),
 }
 
 

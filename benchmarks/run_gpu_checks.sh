@@ -5,12 +5,14 @@
 # bench_gpu.py (16,000 points with SingleTaskGP; 50,000 and 10^6 points with the
 # defaults), the exact posterior where the budget may choose it (bench_exact_posterior.py,
 # 16,000 points, defaults and dictionary="all", and the rates of its steps), then a
-# short tiled 10^6-row engine run, and the batch UCB's paths (bench_batch_ucb.py):
-# about 9.5 minutes on an H100.
+# short tiled 10^6-row engine run, the batch UCB's paths (bench_batch_ucb.py), and
+# one "turbo-bkb" step (region fit + Thompson batch) at REGION_SIZES points:
+# about 10 minutes on an H100.
 # Each group has its own time limit, so one that hangs or fails does not cost the
 # others; rows are written as they finish. MODEL_CELLS / MODEL_METHODS /
-# LARGE_CELLS / EXACT_CELLS / TILED_T and the *_LIMIT variables change the groups; ENGINE=0
-# leaves out the three BBKB engine groups.
+# LARGE_CELLS / EXACT_CELLS / TILED_T / REGION_SIZES and the *_LIMIT variables change
+# the groups; ENGINE=0 leaves out the three BBKB engine groups, TILED_T=0 the tiled
+# one, REGION_SIZES= (empty) the trust-region step.
 #
 #   OUT=/some/dir bash benchmarks/run_gpu_checks.sh
 set -u
@@ -22,7 +24,7 @@ step() { local limit=$1; shift; echo "== $(date +%T) $*"; timeout "$limit" "$@";
 nvidia-smi -L
 python3 -c "import torch, botorch, gpytorch; print(torch.__version__, botorch.__version__, gpytorch.__version__)"
 step 60 python3 -m pytest -o addopts="" -rA -p no:cacheprovider tests/bbkb/test_state.py -k cuda
-step 60 python3 benchmarks/gpu_smoke.py --device cuda --out "$OUT/smoke_cuda"
+step ${SMOKE_LIMIT:-150} python3 benchmarks/gpu_smoke.py --device cuda --out "$OUT/smoke_cuda"
 if [ "${ENGINE:-1}" = 1 ]; then
   step 45 python3 $B --device cuda --methods bbkb --cells cadata:16000 --out "$OUT/bbkb_cuda"
   step 40 env OMP_NUM_THREADS=1 python3 $B --device cpu --methods bbkb --cells cadata:16000 --out "$OUT/bbkb_cpu1"
@@ -33,10 +35,15 @@ step ${LARGE_LIMIT:-90} python3 $B --device cuda --methods nystrom \
   --cells "${LARGE_CELLS:-synthetic:50000,synthetic:1000000}" --out "$OUT/models_large_cuda"
 step ${EXACT_LIMIT:-90} python3 benchmarks/bench_exact_posterior.py --device cuda \
   --cells "${EXACT_CELLS:-synthetic:16000}" --methods default,all --out "$OUT/exact_cuda"
-if [ "${ENGINE:-1}" = 1 ]; then
+if [ "${ENGINE:-1}" = 1 ] && [ "${TILED_T:-300}" != 0 ]; then
   step ${TILED_LIMIT:-45} python3 $B --device cuda --methods none --tiled-rows 1000000 \
     --tiled-T "${TILED_T:-300}" --out "$OUT/tiled_cuda"
 fi
 step ${UCB_LIMIT:-40} python3 benchmarks/bench_batch_ucb.py --device cuda --repeats 2 \
   --out "$OUT/batch_ucb_cuda"
+REGION_SIZES=${REGION_SIZES-1000,3000,6000,10000}
+if [ -n "$REGION_SIZES" ]; then
+  step ${REGION_LIMIT:-120} python3 $B --device cuda --methods none \
+    --region-sizes "$REGION_SIZES" --out "$OUT/region_cuda"
+fi
 rm -f "$OUT"/*.md; ls -la "$OUT"

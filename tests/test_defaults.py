@@ -91,6 +91,7 @@ def test_ax_strategy_options_are_the_models_and_engines_defaults(name):
         "refit_max_iterations",
         "fit_max_iterations",
         "fit_tolerance",
+        "refine_iterations",
     ):
         assert same(options[key], model[key]), key
     if "C" in options:  # BKB fixes C = 1

@@ -139,6 +139,7 @@ VALIDATORS: dict[str, Validator] = {
     "refit_max_iterations": _positive_int,
     "fit_max_iterations": _optional(_positive_int),
     "fit_tolerance": _optional(_finite(0.0, strict=True)),
+    "refine_iterations": _device_or(_non_negative_int),
     "max_batch_size": _optional(_positive_int),
     "min_batch_size": _positive_int,
     "candidate_set": _optional(_candidate_set),

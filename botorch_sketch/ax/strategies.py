@@ -135,6 +135,7 @@ _SKETCH_OPTIONS: dict[str, Any] = {
     "refit_max_iterations": FIT_OPTION_DEFAULTS["refit_max_iterations"],
     "fit_max_iterations": FIT_OPTION_DEFAULTS["fit_max_iterations"],
     "fit_tolerance": FIT_OPTION_DEFAULTS["fit_tolerance"],
+    "refine_iterations": FIT_OPTION_DEFAULTS["refine_iterations"],
 }
 _NYSTROM_OPTIONS: dict[str, Any] = {
     "beta": None,

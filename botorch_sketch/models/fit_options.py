@@ -66,6 +66,16 @@ class NystromFitOptions:
             last iterations of a tight fit mostly move lengthscales along a flat
             likelihood (coordinates that barely matter); ``1e-5`` already stops
             far from the optimum.
+        refine_iterations: L-BFGS-B iterations of the exact marginal likelihood
+            on every training point, started from the subsample's fit, when the
+            subsample is smaller than the data (``objective="exact"`` only;
+            ``0``: none; ``"device"``: ``REFINE_ITERATIONS`` where the device
+            affords them in the sketch's time budget and memory, else none,
+            :func:`~botorch_sketch.models.budget.device_refine_iterations`; on a
+            CPU, none). The subsample's hyperparameters can sit far from the
+            full data's where the likelihood is flat in some directions (e.g.
+            the lengthscales of standardized Cadata); a few full-data steps from
+            there recover the exact GP's fit at a fraction of a full fit's cost.
     """
 
     fit_subset_size: int | str | None = DEFAULT_FIT_SUBSET_SIZE
@@ -76,6 +86,7 @@ class NystromFitOptions:
     refit_max_iterations: int | None = 50
     fit_max_iterations: int | None = None
     fit_tolerance: float | None = None
+    refine_iterations: int | str = DEVICE_SUBSET
 
     def __post_init__(self) -> None:
         if self.fit_subset_size != DEVICE_SUBSET:
@@ -85,6 +96,14 @@ class NystromFitOptions:
         check_nonnegative_number(self.refit_growth, "refit_growth")
         optional_positive_int(self.refit_max_iterations, "refit_max_iterations")
         optional_positive_int(self.fit_max_iterations, "fit_max_iterations")
+        if isinstance(self.refine_iterations, str):
+            if self.refine_iterations != DEVICE_SUBSET:
+                raise ValueError(
+                    f"refine_iterations must be {DEVICE_SUBSET!r} or an int >= 0, "
+                    f"got {self.refine_iterations!r}."
+                )
+        else:
+            check_bool_free_int(self.refine_iterations, "refine_iterations", minimum=0)
         object.__setattr__(self, "refit_growth", float(self.refit_growth))
         if self.refit_tolerance is not None:
             check_nonnegative_number(self.refit_tolerance, "refit_tolerance")

@@ -170,6 +170,7 @@ class NystromGP(
         refit_max_iterations: int = FIT_OPTION_DEFAULTS["refit_max_iterations"],
         fit_max_iterations: int | None = FIT_OPTION_DEFAULTS["fit_max_iterations"],
         fit_tolerance: float | None = FIT_OPTION_DEFAULTS["fit_tolerance"],
+        refine_iterations: int | str = FIT_OPTION_DEFAULTS["refine_iterations"],
         dictionary_policy: DictionaryPolicy | None = None,
         fit_options: NystromFitOptions | None = None,
     ) -> None:
@@ -196,7 +197,7 @@ class NystromGP(
                 indices.
             dictionary_refits, fit_subset_size, objective, refit_growth,
                 refit_tolerance, refit_max_iterations, fit_max_iterations,
-                fit_tolerance: The
+                fit_tolerance, refine_iterations: The
                 fields of the default
                 :class:`~botorch_sketch.models.fit_options.NystromFitOptions`
                 (not with ``fit_options``).
@@ -223,6 +224,7 @@ class NystromGP(
             refit_max_iterations=refit_max_iterations,
             fit_max_iterations=fit_max_iterations,
             fit_tolerance=fit_tolerance,
+            refine_iterations=refine_iterations,
         )
         check_input_transform(input_transform)
         warm_start = usable_warm_start(warm_start, train_X.shape[-2])
@@ -302,6 +304,7 @@ class NystromGP(
     refit_max_iterations = option_property("fit_options", "refit_max_iterations")
     fit_max_iterations = option_property("fit_options", "fit_max_iterations")
     fit_tolerance = option_property("fit_options", "fit_tolerance")
+    refine_iterations = option_property("fit_options", "refine_iterations")
 
     @property
     def _num_draws(self) -> int:

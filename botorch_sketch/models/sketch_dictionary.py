@@ -18,7 +18,7 @@ from torch import Tensor
 
 from botorch_sketch.models.dictionary_policy import DictionaryPolicy
 from botorch_sketch.models.nystrom_dictionary import SketchDraw, row_uniforms
-from botorch_sketch.models.nystrom_fit import fit_subset_size
+from botorch_sketch.models.nystrom_fit import fit_subset_size, refine_iterations
 from botorch_sketch.models.sketch_state import SketchState
 from botorch_sketch.models.validation import (
     check_batch_shape,
@@ -78,7 +78,8 @@ class SketchDictionaryMixin:
         was drawn and whether it bound, the ridge it sampled, the mean Nyström
         residual over the noise where the policy measured it (``0`` for every
         point), why a dictionary of every point is every point (``None`` for a
-        sampled one), and the size of the hyperparameter fit's subsample."""
+        sampled one), the size of the hyperparameter fit's subsample and the
+        L-BFGS-B iterations of its refinement on every point (at most)."""
         size = self.dictionary_size  # drawn now if still pending
         return {
             "size": size,
@@ -89,6 +90,7 @@ class SketchDictionaryMixin:
             "residual": self.nystrom_residual,
             "exact_reason": self.exact_reason,
             "fit_subset_size": fit_subset_size(self),
+            "refine_iterations": refine_iterations(self),
         }
 
     @property

@@ -20,11 +20,15 @@ from botorch_sketch.models.budget import (
     FIT_EVALUATIONS,
     MEMORY_BLOCKS,
     MIN_FIT_SUBSET_SIZE,
+    REFINE_EFFICIENCY,
+    REFINE_EVALUATIONS,
+    REFINE_ITERATIONS,
     DeviceFacts,
     device_affords_exact,
     device_dictionary_cap,
     device_facts,
     device_fit_subset_size,
+    device_refine_iterations,
     exact_posterior_flops,
     fit_flops,
     measure_device_facts,
@@ -32,6 +36,7 @@ from botorch_sketch.models.budget import (
     sketch_time_budget,
 )
 from botorch_sketch.models.dictionary_policy import LeverageScorePolicy
+from botorch_sketch.models.sketch_state import hyperparameter_state
 
 CPU = DeviceFacts(flop_rate=2e10, free_memory=8 * 2**30)  # a few CPU cores
 GPU = DeviceFacts(flop_rate=5e13, free_memory=70 * 2**30)  # an H100, float64
@@ -138,6 +143,33 @@ def test_bad_arguments_name_themselves(kwargs, name):
     args = {"facts": CPU, "n": 100, "d": 2, **kwargs}
     with pytest.raises((TypeError, ValueError), match=name):
         device_dictionary_cap(**args)
+
+
+def refine_seconds(facts, n):
+    flops = REFINE_ITERATIONS * REFINE_EVALUATIONS * fit_flops(n)
+    return flops / (REFINE_EFFICIENCY * facts.flop_rate)
+
+
+def test_refinement_is_what_the_time_and_memory_budgets_afford():
+    h200 = DeviceFacts(flop_rate=4.27e13, free_memory=130 * 2**30)
+    affordable = [
+        n for n in range(1001, 40001, 500) if device_refine_iterations(h200, n)
+    ]
+    assert 15_000 < max(affordable) < 25_000 and min(affordable) == 1001
+    for n in (2_000, max(affordable), max(affordable) + 500):
+        fits = refine_seconds(h200, n) <= sketch_time_budget(n)
+        assert device_refine_iterations(h200, n) == (REFINE_ITERATIONS if fits else 0)
+    # Up to the floor the subsample is every point: nothing to refine.
+    assert device_refine_iterations(h200, MIN_FIT_SUBSET_SIZE) == 0
+    # The modelled CPU never affords it beyond the floor.
+    cpu = device_facts("cpu")
+    assert not any(device_refine_iterations(cpu, n) for n in (1001, 1500, 4000, 10**5))
+    # Memory: four n x n blocks within half the free memory.
+    small = DeviceFacts(flop_rate=4.27e13, free_memory=4 * 4 * 8000**2 * 8 * 1.0)
+    assert device_refine_iterations(small, 16_000) == 0
+    assert device_refine_iterations(small, 8_000) == REFINE_ITERATIONS
+    with pytest.raises(ValueError, match="n"):
+        device_refine_iterations(h200, 0)
 
 
 @pytest.mark.parametrize(
@@ -331,3 +363,83 @@ def test_a_draw_that_keeps_most_points_goes_exact_only_where_it_fits(monkeypatch
     model = NystromGP(X, Y, dictionary_policy=policy)
     assert model.dictionary_size < 300
     assert model.dictionary_report["exact_reason"] is None
+
+
+# ------------------------------------------------- refinement on every point
+
+
+def fitted(model):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+    return model
+
+
+def full_loss(model):
+    r"""The fit objective (exact likelihood and priors) on every training point."""
+    model.train()
+    with torch.no_grad():
+        mll = ExactMarginalLogLikelihood(model.likelihood, model)
+        return float(model.compute_custom_loss(mll).sum())
+
+
+@pytest.fixture
+def fast_device(monkeypatch):
+    """Every device looks like a GPU that affords the refinement."""
+
+    def fake(device="cpu", dtype=torch.float64):
+        return DeviceFacts(4e13, 2**40, torch.empty(0, dtype=dtype).element_size())
+
+    monkeypatch.setattr(nystrom_fit, "device_facts", fake)
+
+
+def test_refinement_lowers_the_full_data_objective(fast_device, caplog):
+    X, Y = data(1100)
+    plain = NystromGP(X, Y, seed=0, fit_subset_size=150, refine_iterations=0)
+    refined = NystromGP(X, Y, seed=0, fit_subset_size=150)  # "device": affords it
+    assert nystrom_fit.refine_iterations(plain) == 0
+    assert nystrom_fit.refine_iterations(refined) == REFINE_ITERATIONS
+    with caplog.at_level("INFO", logger=nystrom_fit.__name__):
+        fitted(plain), fitted(refined)
+    assert "refined on all 1100 points" in caplog.text
+    assert refined.dictionary_report["refine_iterations"] == REFINE_ITERATIONS
+    # L-BFGS-B from the subsample's optimum never raises the objective.
+    assert full_loss(refined) < full_loss(plain) - 1e-6
+    # The recorded loss is the subsample's at the kept hyperparameters (what
+    # the warm-start drift check compares against).
+    assert refined.fit_record[1] == pytest.approx(nystrom_fit.subsample_loss(refined))
+
+
+def test_no_refinement_on_a_cpu_with_a_sketch_objective_or_every_point():
+    X, Y = data(1100)
+    assert nystrom_fit.refine_iterations(NystromGP(X, Y, seed=0)) == 0  # modelled CPU
+    assert (
+        nystrom_fit.refine_iterations(
+            NystromGP(X, Y, seed=0, fit_subset_size=100, refine_iterations=4)
+        )
+        == 4
+    )  # asked for: also on a CPU
+    sketch = NystromGP(X, Y, seed=0, objective="vfe", refine_iterations=4)
+    every = NystromGP(X, Y, seed=0, fit_subset_size=None, refine_iterations=4)
+    assert nystrom_fit.refine_iterations(sketch) == 0
+    assert nystrom_fit.refine_iterations(every) == 0
+
+
+def test_a_failed_refinement_keeps_the_subsample_fit(monkeypatch, caplog):
+    X, Y = data(400)
+    plain = fitted(NystromGP(X, Y, seed=0, fit_subset_size=100, refine_iterations=0))
+    real = nystrom_fit._fit_fallback
+
+    def failing_on_every_point(mll, **kwargs):
+        if mll.model.num_training_points == 400:
+            raise nystrom_fit.ModelFittingError("no")
+        return real(mll=mll, **kwargs)
+
+    monkeypatch.setattr(nystrom_fit, "_fit_fallback", failing_on_every_point)
+    with caplog.at_level("WARNING", logger=nystrom_fit.__name__):
+        model = fitted(
+            NystromGP(X, Y, seed=0, fit_subset_size=100, refine_iterations=3)
+        )
+    assert "refinement on every point failed" in caplog.text
+    for key, value in hyperparameter_state(plain).items():
+        torch.testing.assert_close(hyperparameter_state(model)[key], value)
