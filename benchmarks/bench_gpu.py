@@ -54,7 +54,7 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from botorch_sketch.bbkb import fixed_rbf_kernel
 from botorch_sketch.loops import noisy_oracle, run_bbkb
-from botorch_sketch.models import NystromGP
+from botorch_sketch.models import NystromGP, nystrom_fit
 from botorch_sketch.trust_region import (
     TrustRegionState,
     batch_candidates,
@@ -346,6 +346,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tiled-T", type=int, default=2000)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument(
+        "--refine-tolerance",
+        type=float,
+        default=None,
+        help="L-BFGS-B ftol of NystromGP's refinement on every point "
+        "(nystrom_fit.REFINE_TOLERANCE; default: the package's)",
+    )
+    p.add_argument(
         "--region-sizes",
         default="",
         help="trust-region step rows at these numbers of points, e.g. 1000,4000",
@@ -370,6 +377,8 @@ ROWS = {"model": model_row, "bbkb": bbkb_row, "region": region_row}
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = parse(argv)
+    if args.refine_tolerance is not None:  # a setting to measure, not an option
+        nystrom_fit.REFINE_TOLERANCE = args.refine_tolerance
     torch.manual_seed(args.seed)
     tag = torch.device(args.device).type
     out = args.out or RESULTS / f"gpu_{tag}"
