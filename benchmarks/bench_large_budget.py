@@ -129,7 +129,10 @@ batches of ``--batch``):
   the rows of commit 4616f7e ran it under the option's first name,
   ``restart="incumbent"``);
   ``turbo-bkb-reopen-g0.1`` also with ``region_fit="periodic"``,
-  ``refit_growth=0.1``; ``turbo-bkb-reopen-p`` (rows only, commit 2cb57b7):
+  ``refit_growth=0.1``; ``turbo-bkb-reopen-g0.1-w2500`` also with
+  ``region_max_points=2500`` (the region's model on the 2,500 points nearest
+  its best one: the exact GP on one CPU thread); ``turbo-bkb-reopen-p`` (rows
+  only, commit 2cb57b7):
   fitted on the periodic schedule (``refit_growth=0.1``) from the first reopen
   on.
 - ``turbo-bkb-product`` (rows only; ``mixed10``): ``"turbo-bkb"`` with the
@@ -235,6 +238,7 @@ METHODS = (
     "turbo-bkb-joint",
     "turbo-bkb-reopen",
     "turbo-bkb-reopen-g0.1",
+    "turbo-bkb-reopen-g0.1-w2500",
     "turbo-bkb-fit300",
     "turbo-bkb-fit600",
     "turbo-bkb-fit1000",
@@ -278,6 +282,15 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-reopen-g0.1": (
         "turbo-bkb",
         {"restart": "reopen", "region_fit": "periodic", "refit_growth": 0.1},
+    ),
+    "turbo-bkb-reopen-g0.1-w2500": (
+        "turbo-bkb",
+        {
+            "restart": "reopen",
+            "region_fit": "periodic",
+            "refit_growth": 0.1,
+            "region_max_points": 2500,
+        },
     ),
     "turbo-bkb-path-a5000": (
         "turbo-bkb",

@@ -175,6 +175,7 @@ VALIDATORS: dict[str, Validator] = {
     "restart": _one_of(*RESTARTS),
     "one_hot_lengthscales": _one_of(*ONE_HOT_LENGTHSCALES),
     "num_regions": _positive_int,
+    "region_max_points": _optional(_positive_int),
 }
 
 

@@ -58,7 +58,9 @@ NeurIPS 2019) with the sketched GP as the region's model
    coordinates are partly right; a fresh design forgets all of them, a reopened
    region searches again around them at every scale down to ``length_min`` (one
    halving per failed batch), with a model that knows the basin. Its data keep
-   growing, so its fits cost more (``region_fit="periodic"`` bounds that).
+   growing, so its fits cost more (``region_fit="periodic"`` bounds that, and
+   ``region_max_points`` bounds the model's data: the points nearest the best
+   observation, so that the model stays the exact GP the device affords).
    Keeping only the best point and drawing the new design around it measured
    level with the fresh design (``benchmarks/results/large_budget.md``): the
    data are what helps.
@@ -141,7 +143,11 @@ from torch.quasirandom import SobolEngine
 
 from botorch_sketch.ax.encoding import discrete_columns
 from botorch_sketch.models.nystrom import NystromGP
-from botorch_sketch.models.validation import check_choice, check_nonnegative_number
+from botorch_sketch.models.validation import (
+    check_bool_free_int,
+    check_choice,
+    check_nonnegative_number,
+)
 from botorch_sketch.optim.new_points import matches_any
 from botorch_sketch.trust_region import (
     THOMPSON_SAMPLERS,
@@ -197,6 +203,7 @@ TURBO_OPTIONS: dict[str, Any] = {
     "restart": "sobol",
     "one_hot_lengthscales": "shared",
     "num_regions": 1,
+    "region_max_points": None,
     "candidate_set": None,
 }
 
@@ -217,6 +224,7 @@ MULTI_REGION_DEFAULTS = {
     "region_fit": "cold",
     "restart": "sobol",
     "incumbent": "observed",
+    "region_max_points": None,
 }
 
 
@@ -288,7 +296,17 @@ class TurboGenerator(TorchGenerator):
             measured level (``benchmarks/results/large_budget.md``).
         num_regions: ``m``, the number of trust regions (TuRBO-m, module
             docstring); ``1`` is TuRBO-1. With ``m > 1``, ``region_fit``,
-            ``restart`` and ``incumbent`` take their defaults only.
+            ``restart``, ``incumbent`` and ``region_max_points`` take their
+            defaults only.
+        region_max_points: At most this many of the region's points in its
+            model (``None``: all): the ones nearest the best observation
+            (Euclidean, in the unit cube), the others still counted by the
+            region's state machine. With ``restart="reopen"`` a region's data
+            grow without bound; past the size where the device affords the
+            exact GP (about 2,900 points at ``d = 10`` on one CPU thread) its
+            model becomes a capped sketch whose joint Thompson sample costs
+            seconds per call, while the points far from the incumbent say
+            little about the region around it.
         seed: Base seed of every draw.
         surrogate_spec: One ``NystromGP`` ``ModelConfig`` whose ``model_options``
             (``q_bar``, ``max_dictionary_size``, ...) build the region's model.
@@ -316,6 +334,7 @@ class TurboGenerator(TorchGenerator):
         restart: str = "sobol",
         one_hot_lengthscales: str = "shared",
         num_regions: int = 1,
+        region_max_points: int | None = None,
         seed: int = 0,
         surrogate_spec: SurrogateSpec | None = None,
         candidate_set: Any = None,
@@ -357,6 +376,9 @@ class TurboGenerator(TorchGenerator):
                 f"num_regions must be a positive int, got {num_regions!r}."
             )
         self.num_regions = num_regions
+        if region_max_points is not None:
+            check_bool_free_int(region_max_points, "region_max_points", minimum=1)
+        self.region_max_points = region_max_points
         if num_regions > 1:
             multi_region_options(
                 {
@@ -364,6 +386,7 @@ class TurboGenerator(TorchGenerator):
                     "region_fit": self.region_fit,
                     "restart": self.restart,
                     "incumbent": self.incumbent,
+                    "region_max_points": region_max_points,
                 }
             )
         self.seed = int(seed)
@@ -454,21 +477,23 @@ class TurboGenerator(TorchGenerator):
                 X, Y, Yvar, labels, q, call_seed, feasible, torch_opt_config, info
             )
         region_X, region_Y = X[start:], Y[start:]
+        rows = self._window(region_X, region_Y)
+        fit_X, fit_Y = region_X[rows], region_Y[rows]
         warm = self.region_fit == "warm"
         periodic = self.region_fit == "periodic"
         growth = float(self.model_options["refit_growth"])
-        hold = periodic and hyperparameters_kept(sketch, region_X.shape[0], growth)
+        hold = periodic and hyperparameters_kept(sketch, fit_X.shape[0], growth)
         # A kept fit is the warm start without its drift check (module docstring).
         kept = {"refit_growth": growth, "refit_tolerance": None} if hold else {}
         if region_X.shape[0] >= min_region_points(d):
             model = fit_region_model(
-                region_X, region_Y, warm_start=sketch if warm or hold else None,
+                fit_X, fit_Y, warm_start=sketch if warm or hold else None,
                 one_hot=self._one_hot,
                 **{"seed": self.seed, **self.model_options, **kept},
             )  # fmt: skip
             Yvar = dataset.Yvar
-            Yvar = None if Yvar is None else Yvar[start:, column : column + 1]
-            floor = self._noise_floor(model, region_X, Yvar)
+            Yvar = None if Yvar is None else Yvar[start:, column : column + 1][rows]
+            floor = self._noise_floor(model, fit_X, Yvar)
             state = self._update(
                 state, model, region_X, region_Y, seen - start, min_region_points(d),
                 floor=floor,
@@ -491,9 +516,9 @@ class TurboGenerator(TorchGenerator):
             num = self.num_candidates or default_num_candidates(d)
             info["num_candidates"] = num
             points = generate_batch(
-                model, state, region_X, q, num_candidates=num,
+                model, state, fit_X, q, num_candidates=num,
                 seed=call_seed, library=self._unit_library(), feasible=feasible,
-                thompson=self.thompson, center=self._center(region_Y),
+                thompson=self.thompson, center=self._center(fit_Y),
                 discrete=self._discrete,
             )  # fmt: skip
         if points.shape[0] == 0:
@@ -742,6 +767,19 @@ class TurboGenerator(TorchGenerator):
             sd = noise_sd(model, X)
         return self.noise_tolerance * sd
 
+    def _window(self, X: Tensor, Y: Tensor) -> Tensor:
+        r"""Sorted rows of the region's ``n x d`` data in its model: all, or the
+        ``region_max_points`` nearest the best observation (itself included;
+        ties by row)."""
+        n = X.shape[0]
+        limit = self.region_max_points
+        if limit is None or n <= limit:
+            return torch.arange(n, device=X.device)
+        best = X[int(Y.reshape(-1).argmax())]
+        distance = (X - best).square().sum(-1)
+        order = torch.argsort(distance, stable=True)[:limit]
+        return torch.sort(order).values
+
     def _center(self, Y: Tensor) -> int | None:
         r"""The region's centre row: ``None`` (largest posterior mean) or the best
         observation's row."""
@@ -896,6 +934,7 @@ def turbo_generator_kwargs(
         "one_hot_lengthscales",
         "noise_tolerance",
         "num_regions",
+        "region_max_points",
     )
     generator = {key: settings.pop(key) for key in own}
     TrustRegionState(dim=1, batch_size=1, **settings)

@@ -14,6 +14,7 @@ from botorch_sketch.ax import (
     list_generation_strategies,
     strategy_options,
 )
+from botorch_sketch.ax.turbo import TurboGenerator
 from botorch_sketch.trust_region import default_num_candidates
 from tests.ax.helpers import evaluate, make_client, run_trials
 
@@ -69,6 +70,9 @@ def test_registered_with_its_options():
         ({"num_regions": 2, "restart": "reopen"}, "takes restart='sobol' only"),
         ({"num_regions": 3, "region_fit": "warm"}, "takes region_fit='cold' only"),
         ({"num_regions": 2, "incumbent": "mean"}, "takes incumbent='observed'"),
+        ({"region_max_points": 0}, "region_max_points must be a positive int"),
+        ({"region_max_points": 2.5}, "region_max_points must be a positive int"),
+        ({"num_regions": 2, "region_max_points": 50}, "region_max_points=None only"),
     ],
 )
 def test_bad_options_fail_in_get_generation_strategy(options, message):
@@ -129,6 +133,44 @@ def test_a_reopened_region_keeps_its_data_and_its_best_value():
     assert saved["region_start"] == 0 and saved["trust_region"]["restarts"] >= 1
     assert saved["trust_region"]["best_value"] == pytest.approx(max(values))
     assert last_metadata(client)["length"] in (0.8, 1.6)
+
+
+def test_region_max_points_models_the_points_nearest_the_best_one():
+    # A reopened region keeps all its data; its model takes the 12 nearest the
+    # best observation, while the state machine still sees every point.
+    client = make_client(
+        "turbo-bkb",
+        initialization_budget=4,
+        length_min=0.5,
+        num_candidates=200,
+        restart="reopen",
+        region_max_points=12,
+    )
+    run_trials(client, "branin", total=4)
+    sizes = []
+    for _ in range(6):
+        for index, p in get_next_batch(client, max_batch_size=6).items():
+            client.complete_trial(index, raw_data=evaluate("branin", p))
+        sizes.append(last_metadata(client)["dictionary_size"])
+    assert max(sizes) == 12 and len(client._experiment.trials) == 40
+    saved = region_runs(client)[-1]._generator_state_after_gen["region_state"]
+    values = [
+        -float(t.lookup_data().df["mean"].iloc[0])
+        for t in client._experiment.trials.values()
+        if t.status.is_completed
+    ]
+    assert saved["trust_region"]["best_value"] == pytest.approx(max(values))
+
+
+def test_the_window_is_the_nearest_rows_in_order():
+    X = torch.tensor([[0.0], [0.9], [0.5], [0.45], [0.1], [0.55]], dtype=torch.float64)
+    Y = torch.tensor([[0.0], [1.0], [3.0], [2.0], [0.5], [1.5]], dtype=torch.float64)
+    window = TurboGenerator(region_max_points=3)._window
+    assert window(X, Y).tolist() == [2, 3, 5]  # row 2 is the best
+    assert window(X[:3], Y[:3]).tolist() == [0, 1, 2]  # fewer than the limit
+    assert TurboGenerator()._window(X, Y).tolist() == list(range(6))
+    with pytest.raises(ValueError, match="region_max_points"):
+        TurboGenerator(region_max_points=0)
 
 
 def test_batch_size_caps_the_batch_and_integers_are_integers():
