@@ -482,7 +482,11 @@ class TurboGenerator(TorchGenerator):
         warm = self.region_fit == "warm"
         periodic = self.region_fit == "periodic"
         growth = float(self.model_options["refit_growth"])
-        hold = periodic and hyperparameters_kept(sketch, fit_X.shape[0], growth)
+        # The schedule counts the region's points, not the model's window.
+        fit_points = saved.get("fit_points")
+        hold = periodic and hyperparameters_kept(
+            sketch, region_X.shape[0], growth, fit_points
+        )
         # A kept fit is the warm start without its drift check (module docstring).
         kept = {"refit_growth": growth, "refit_tolerance": None} if hold else {}
         if region_X.shape[0] >= min_region_points(d):
@@ -504,9 +508,11 @@ class TurboGenerator(TorchGenerator):
             if state.restart_triggered:
                 logger.info("turbo-bkb: region restarts after %d points.", num_obs)
                 state, start, sketch = restart_state(state), num_obs, None
+                fit_points = None
                 self.surrogate.model = None
             else:
                 sketch = model.sketch_state().to_dict() if warm or periodic else None
+                fit_points = fit_points if hold else region_X.shape[0]
                 self.surrogate.model = model
                 info["dictionary_size"] = model.dictionary_size
                 info["fitted"] = not hold
@@ -530,6 +536,8 @@ class TurboGenerator(TorchGenerator):
             "num_seen": num_obs,
             "sketch_state": sketch,
         }
+        if fit_points is not None and self.region_max_points is not None:
+            self.region_state["fit_points"] = int(fit_points)
         points = self._from_unit(points.to(torch.float64))
         rounding = torch_opt_config.rounding_func
         if rounding is not None:  # one point at a time (integer parameters)
@@ -867,11 +875,21 @@ class RegionData:
     model: NystromGP | None = None
 
 
-def hyperparameters_kept(sketch: dict[str, Any] | None, n: int, growth: float) -> bool:
+def hyperparameters_kept(
+    sketch: dict[str, Any] | None,
+    n: int,
+    growth: float,
+    fit_points: int | None = None,
+) -> bool:
     r"""Whether a periodic region keeps the hyperparameters of its last fit (in
-    ``sketch``, a ``SketchState`` dict; ``None``: no fit yet) at ``n`` points:
-    while ``n < (1 + growth) num_fit_points``."""
-    return sketch is not None and n < (1.0 + growth) * int(sketch["num_fit_points"])
+    ``sketch``, a ``SketchState`` dict; ``None``: no fit yet) at ``n`` points of
+    the region: while ``n < (1 + growth) fit_points``, ``fit_points`` the
+    region's points at that fit (``None``: the sketch's ``num_fit_points``, the
+    same where the model takes every point of the region)."""
+    if sketch is None:
+        return False
+    base = int(sketch["num_fit_points"]) if fit_points is None else fit_points
+    return n < (1.0 + growth) * base
 
 
 def min_region_points(dim: int) -> int:

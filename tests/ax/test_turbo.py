@@ -145,14 +145,19 @@ def test_region_max_points_models_the_points_nearest_the_best_one():
         num_candidates=200,
         restart="reopen",
         region_max_points=12,
+        region_fit="periodic",
     )
     run_trials(client, "branin", total=4)
-    sizes = []
+    sizes, fitted = [], []
     for _ in range(6):
         for index, p in get_next_batch(client, max_batch_size=6).items():
             client.complete_trial(index, raw_data=evaluate("branin", p))
         sizes.append(last_metadata(client)["dictionary_size"])
+        fitted.append(last_metadata(client)["fitted"])
     assert max(sizes) == 12 and len(client._experiment.trials) == 40
+    # The periodic schedule counts the region's points (4, 10, ..., 34 at the
+    # calls: a fit once they grew by 10 %), not the full window's 12.
+    assert fitted == [True] * 6
     saved = region_runs(client)[-1]._generator_state_after_gen["region_state"]
     values = [
         -float(t.lookup_data().df["mean"].iloc[0])
