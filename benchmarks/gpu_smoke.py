@@ -160,15 +160,20 @@ def thompson(device: torch.device) -> list[torch.Tensor]:
         return [ts(X, num_samples=8)]
 
 
-def gssbo(device: torch.device) -> list[torch.Tensor]:
-    X, Y = data(400, 4, device)
-    model = GradientSubsetGP(X, Y, subset_size=60, n_initial=10, seed=0)
+def fitted_posterior(model: Any, num_test: int, device: torch.device) -> Any:
+    """Fit ``model`` (warnings off), then its posterior at ``num_test`` points."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
-    Xt = data(100, 4, torch.device("cpu"))[0].flip(0).to(device)
+    Xt = data(num_test, 4, torch.device("cpu"))[0].flip(0).to(device)
     with torch.no_grad():
-        post = model.eval().posterior(Xt)
+        return model.eval().posterior(Xt)
+
+
+def gssbo(device: torch.device) -> list[torch.Tensor]:
+    X, Y = data(400, 4, device)
+    model = GradientSubsetGP(X, Y, subset_size=60, n_initial=10, seed=0)
+    post = fitted_posterior(model, 100, device)
     return [post.mean, post.variance, model.subset_indices]
 
 
@@ -185,12 +190,7 @@ def nystrom_every_point(device: torch.device) -> list[torch.Tensor]:
     """``dictionary="all"``: the exact posterior (one Cholesky factor)."""
     X, Y = data(1500, 4, device)
     model = NystromGP(X, Y, seed=0, dictionary="all", fit_subset_size=1000)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
-    Xt = data(500, 4, torch.device("cpu"))[0].flip(0).to(device)
-    with torch.no_grad():
-        post = model.eval().posterior(Xt)
+    post = fitted_posterior(model, 500, device)
     return [post.mean, post.variance]
 
 

@@ -29,6 +29,15 @@ def arms_of(client: Client) -> list[dict]:
     return [t.arm.parameters for t in client._experiment.trials.values()]
 
 
+def completed_values(client: Client) -> list[float]:
+    r"""The maximised values (negated Branin) of the completed trials."""
+    return [
+        -float(t.lookup_data().df["mean"].iloc[0])
+        for t in client._experiment.trials.values()
+        if t.status.is_completed
+    ]
+
+
 def last_metadata(client: Client) -> dict:
     trial = client._experiment.trials[max(client._experiment.trials)]
     return trial.generator_runs[0].gen_metadata
@@ -108,28 +117,32 @@ def test_batches_stay_in_the_bounds_and_restart(thompson, incumbent):
     assert all(length in (0.8, 1.6) for length in lengths)
 
 
-def test_a_reopened_region_keeps_its_data_and_its_best_value():
-    # length_min = 0.5: the first shrink collapses the region. With
-    # restart="reopen" it reopens at length_init around the best point, keeps
-    # its data and its best value, and needs no new design.
+def reopening_client(**options) -> Client:
+    r"""Branin after 4 Sobol trials; ``length_min = 0.5``: the first shrink
+    collapses the region, which reopens (``restart="reopen"``)."""
     client = make_client(
         "turbo-bkb",
         initialization_budget=4,
         length_min=0.5,
         num_candidates=200,
         restart="reopen",
+        **options,
     )
     run_trials(client, "branin", total=4)
+    return client
+
+
+def test_a_reopened_region_keeps_its_data_and_its_best_value():
+    # length_min = 0.5: the first shrink collapses the region. With
+    # restart="reopen" it reopens at length_init around the best point, keeps
+    # its data and its best value, and needs no new design.
+    client = reopening_client()
     for _ in range(8):
         for index, p in get_next_batch(client, max_batch_size=6).items():
             client.complete_trial(index, raw_data=evaluate("branin", p))
         assert "design" not in last_metadata(client)
     saved = region_runs(client)[-1]._generator_state_after_gen["region_state"]
-    values = [
-        -float(t.lookup_data().df["mean"].iloc[0])
-        for t in client._experiment.trials.values()
-        if t.status.is_completed
-    ]
+    values = completed_values(client)
     assert saved["region_start"] == 0 and saved["trust_region"]["restarts"] >= 1
     assert saved["trust_region"]["best_value"] == pytest.approx(max(values))
     assert last_metadata(client)["length"] in (0.8, 1.6)
@@ -138,16 +151,7 @@ def test_a_reopened_region_keeps_its_data_and_its_best_value():
 def test_region_max_points_models_the_points_nearest_the_best_one():
     # A reopened region keeps all its data; its model takes the 12 nearest the
     # best observation, while the state machine still sees every point.
-    client = make_client(
-        "turbo-bkb",
-        initialization_budget=4,
-        length_min=0.5,
-        num_candidates=200,
-        restart="reopen",
-        region_max_points=12,
-        region_fit="periodic",
-    )
-    run_trials(client, "branin", total=4)
+    client = reopening_client(region_max_points=12, region_fit="periodic")
     sizes, fitted = [], []
     for _ in range(6):
         for index, p in get_next_batch(client, max_batch_size=6).items():
@@ -159,11 +163,7 @@ def test_region_max_points_models_the_points_nearest_the_best_one():
     # calls: a fit once they grew by 10 %), not the full window's 12.
     assert fitted == [True] * 6
     saved = region_runs(client)[-1]._generator_state_after_gen["region_state"]
-    values = [
-        -float(t.lookup_data().df["mean"].iloc[0])
-        for t in client._experiment.trials.values()
-        if t.status.is_completed
-    ]
+    values = completed_values(client)
     assert saved["trust_region"]["best_value"] == pytest.approx(max(values))
 
 
@@ -327,11 +327,7 @@ def test_the_design_completing_batch_sets_the_incumbent_and_counts_nothing():
     get_next_batch(client, max_batch_size=6)
     run = client._generation_strategy._generator_runs[-1]
     region = run._generator_state_after_gen["region_state"]["trust_region"]
-    values = [
-        -float(t.lookup_data().df["mean"].iloc[0])
-        for t in client._experiment.trials.values()
-        if t.status.is_completed
-    ]
+    values = completed_values(client)
     assert len(values) == 8
     assert region["length"] == 0.8 and region["success_counter"] == 0
     assert region["failure_counter"] == 0
