@@ -60,7 +60,9 @@ class NystromFitOptions:
             default). TuRBO's reference code fits its GP with 50 Adam steps; on a
             flat likelihood (e.g. the one-hot columns of a categorical parameter)
             an unbounded L-BFGS-B run can take over 1,000 iterations.
-        fit_tolerance: L-BFGS-B's ``ftol`` in every fit: it stops once an
+        fit_tolerance: L-BFGS-B's ``ftol`` in every fit on the subsample (the
+            refinement on every point has its own,
+            ``nystrom_fit.REFINE_TOLERANCE``): it stops once an
             iteration lowers the per-point loss by less than this fraction of
             its magnitude (``None``: SciPy's default, about ``2.2e-9``). The
             last iterations of a tight fit mostly move lengthscales along a flat

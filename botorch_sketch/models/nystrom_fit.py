@@ -368,9 +368,7 @@ def _fit_hyperparameters(
     if model.fit_options.fit_tolerance is not None:
         ours["ftol"] = model.fit_options.fit_tolerance
     if ours:
-        optimizer_kwargs = dict(kwargs.get("optimizer_kwargs") or {})
-        options = {**ours, **optimizer_kwargs.get("options", {})}
-        kwargs["optimizer_kwargs"] = {**optimizer_kwargs, "options": options}
+        kwargs = _with_lbfgs_options(kwargs, ours)
     if scheduled:
         kwargs["max_attempts"] = 1
     sub_mll = _sub_mll(sub)
@@ -388,7 +386,7 @@ def _fit_hyperparameters(
     if sub is not model:
         model.load_state_dict(hyperparameter_state(sub), strict=False)
         model.num_draws = max(model.num_draws, sub.num_draws)
-        if _refine(model, kwargs):
+        if _refine(model, fit_kwargs):
             sub.load_state_dict(hyperparameter_state(model), strict=False)
     if not sub.uses_sketch:
         with torch.no_grad():
@@ -396,21 +394,33 @@ def _fit_hyperparameters(
     return math.nan
 
 
+def _with_lbfgs_options(
+    fit_kwargs: dict[str, Any],
+    defaults: Mapping[str, Any],
+    forced: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    r"""``fit_kwargs`` with L-BFGS-B ``options``: ``defaults`` under the caller's
+    own ``optimizer_kwargs["options"]``, ``forced`` over them."""
+    kwargs = dict(fit_kwargs)
+    optimizer_kwargs = dict(kwargs.get("optimizer_kwargs") or {})
+    options = {**defaults, **optimizer_kwargs.get("options", {}), **(forced or {})}
+    kwargs["optimizer_kwargs"] = {**optimizer_kwargs, "options": options}
+    return kwargs
+
+
 def _refine(model: FittableSketch, fit_kwargs: dict[str, Any]) -> bool:
     r"""Refine the subsample's fit on every point (:func:`refine_iterations`
-    steps); ``True`` if it ran. A failed refinement keeps the subsample's
-    values (BoTorch's fit loop rolls back) and logs a warning."""
+    steps, ``ftol`` :data:`REFINE_TOLERANCE` unless ``fit_kwargs`` set one;
+    ``fit_kwargs`` are the caller's, without the subsample fit's
+    ``fit_tolerance`` and iteration bound); ``True`` if it ran. A failed
+    refinement keeps the subsample's values (BoTorch's fit loop rolls back) and
+    logs a warning."""
     iterations = refine_iterations(model)
     if iterations == 0:
         return False
-    kwargs = dict(fit_kwargs)
-    optimizer_kwargs = dict(kwargs.get("optimizer_kwargs") or {})
-    options = {
-        "ftol": REFINE_TOLERANCE,
-        **optimizer_kwargs.get("options", {}),
-        "maxiter": iterations,
-    }
-    kwargs["optimizer_kwargs"] = {**optimizer_kwargs, "options": options}
+    kwargs = _with_lbfgs_options(
+        fit_kwargs, {"ftol": REFINE_TOLERANCE}, {"maxiter": iterations}
+    )
     kwargs["max_attempts"] = 1
     try:
         _fit_fallback(mll=_sub_mll(model), **kwargs)

@@ -443,3 +443,26 @@ def test_a_failed_refinement_keeps_the_subsample_fit(monkeypatch, caplog):
     assert "refinement on every point failed" in caplog.text
     for key, value in hyperparameter_state(plain).items():
         torch.testing.assert_close(hyperparameter_state(model)[key], value)
+
+
+def test_the_refinement_takes_its_own_tolerance_and_iterations(monkeypatch):
+    X, Y = data(400)
+    real, calls = nystrom_fit._fit_fallback, []
+
+    def recording(mll, **kwargs):
+        options = kwargs.get("optimizer_kwargs", {}).get("options", {})
+        calls.append((mll.model.num_training_points, dict(options)))
+        return real(mll=mll, **kwargs)
+
+    monkeypatch.setattr(nystrom_fit, "_fit_fallback", recording)
+    fitted(
+        NystromGP(
+            X, Y, seed=0, fit_subset_size=100, refine_iterations=3,
+            fit_tolerance=1e-7, fit_max_iterations=40,
+        )
+    )  # fmt: skip
+    assert calls[0] == (100, {"maxiter": 40, "ftol": 1e-7})  # the subsample fit
+    assert calls[-1] == (
+        400,
+        {"ftol": nystrom_fit.REFINE_TOLERANCE, "maxiter": 3},
+    )  # every point: the refinement's own ftol and bound
