@@ -131,7 +131,9 @@ batches of ``--batch``):
   ``turbo-bkb-reopen-g0.1`` also with ``region_fit="periodic"``,
   ``refit_growth=0.1``; ``turbo-bkb-reopen-g0.1-w2500`` also with
   ``region_max_points=2500`` (the region's model on the 2,500 points nearest
-  its best one: the exact GP on one CPU thread); ``turbo-bkb-reopen-p`` (rows
+  its best one: the exact GP on one CPU thread); ``turbo-bkb-reopen-g0.1-w1500``
+  the same on 1,500 points; ``turbo-bkb-reopen-g0.1-w2500-path`` the 2,500-point
+  one with ``thompson="pathwise"``; ``turbo-bkb-reopen-p`` (rows
   only, commit 2cb57b7):
   fitted on the periodic schedule (``refit_growth=0.1``) from the first reopen
   on.
@@ -239,6 +241,8 @@ METHODS = (
     "turbo-bkb-reopen",
     "turbo-bkb-reopen-g0.1",
     "turbo-bkb-reopen-g0.1-w2500",
+    "turbo-bkb-reopen-g0.1-w1500",
+    "turbo-bkb-reopen-g0.1-w2500-path",
     "turbo-bkb-fit300",
     "turbo-bkb-fit600",
     "turbo-bkb-fit1000",
@@ -290,6 +294,25 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
             "region_fit": "periodic",
             "refit_growth": 0.1,
             "region_max_points": 2500,
+        },
+    ),
+    "turbo-bkb-reopen-g0.1-w1500": (
+        "turbo-bkb",
+        {
+            "restart": "reopen",
+            "region_fit": "periodic",
+            "refit_growth": 0.1,
+            "region_max_points": 1500,
+        },
+    ),
+    "turbo-bkb-reopen-g0.1-w2500-path": (
+        "turbo-bkb",
+        {
+            "restart": "reopen",
+            "region_fit": "periodic",
+            "refit_growth": 0.1,
+            "region_max_points": 2500,
+            "thompson": "pathwise",
         },
     ),
     "turbo-bkb-path-a5000": (
