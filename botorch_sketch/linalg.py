@@ -41,6 +41,7 @@ __all__ = [
     "DTCFactor",
     "DTCPredictor",
     "DictionaryDraw",
+    "ExactFactor",
     "LeverageDictionary",
     "REPEAT_RULES",
     "bless",
@@ -59,8 +60,11 @@ __all__ = [
     "dtc_predictor",
     "dtc_variance",
     "embedding_residual",
+    "exact_factor",
+    "exact_features",
     "exact_log_marginal_likelihood",
     "exact_predictor",
+    "exact_predictor_from_factor",
     "hallucinate_point",
     "jittered_cholesky",
     "nystrom_embedding_map",
@@ -465,6 +469,67 @@ def dtc_predictor(W: Tensor, factor: DTCFactor, fold: bool = True) -> DTCPredict
     )
 
 
+class ExactFactor(NamedTuple):
+    r"""The exact GP's training factor: ``C = K_XX + N = L L^T`` and the mean
+    weights ``a = C^{-1} (y - m(X))``.
+
+    Attributes:
+        chol: ``batch_shape x n x n`` lower factor ``L``.
+        coef: ``batch_shape x n`` weights ``a``.
+    """
+
+    chol: Tensor
+    coef: Tensor
+
+
+def exact_factor(
+    K: Tensor, residual_y: Tensor, noise: Tensor, jitter: float = 1e-8
+) -> ExactFactor:
+    r"""One Cholesky factor of ``C = K_XX + N`` (``O(n^3 / 3)``) and ``a = C^{-1}
+    (y - m)``: what the exact posterior's mean and, by triangular solves
+    (:func:`exact_features`), its covariance need.
+
+    ``C`` is positive definite (``N > 0``); if its factorisation fails in
+    floating point, a jitter relative to the mean diagonal is added
+    (:func:`jittered_cholesky`).
+
+    Args:
+        K: ``batch_shape x n x n`` prior covariance of the training inputs.
+        residual_y: ``batch_shape x n`` centred targets ``y - m(X)``.
+        noise: ``batch_shape x n`` (or broadcastable) noise variances, ``> 0``.
+        jitter: Relative jitter used only if the factorisation fails, then
+            raised tenfold (five tries in all).
+
+    Returns:
+        The :class:`ExactFactor`.
+    """
+    n = K.shape[-1]
+    if K.shape[-2] != n:
+        raise ValueError(f"K must be square, got shape {tuple(K.shape)}.")
+    C = _add_to_diagonal(K, noise.expand(*noise.shape[:-1], n))
+    L = jittered_cholesky(C, jitter, name="K + noise")
+    del C
+    coef = torch.cholesky_solve(residual_y.unsqueeze(-1), L).squeeze(-1)
+    return ExactFactor(chol=L, coef=coef)
+
+
+def exact_predictor_from_factor(factor: ExactFactor) -> DTCPredictor:
+    r"""The folded :class:`DTCPredictor` ``[a | L^{-T}]`` of an
+    :class:`ExactFactor`: one triangular inverse (``O(n^3)`` as a solve against
+    the identity), worth it where the posterior is then evaluated at many more
+    than ``n`` points through products with the basis (e.g. BBKB's batch UCB).
+    Peak memory: ``L``, the basis and the solve's output, three ``n x n``
+    blocks (no identity: the basis's last ``n`` columns hold it)."""
+    L = factor.chol
+    n = L.shape[-1]
+    basis = torch.zeros(*L.shape[:-1], 1 + n, dtype=L.dtype, device=L.device)
+    basis[..., 0] = factor.coef
+    inverse = basis[..., 1:]
+    inverse.diagonal(dim1=-2, dim2=-1).fill_(1.0)
+    inverse.copy_(torch.linalg.solve_triangular(L, inverse, upper=False).mT)
+    return DTCPredictor(basis=basis, num_explained=n)
+
+
 def exact_predictor(
     K: Tensor, residual_y: Tensor, noise: Tensor, jitter: float = 1e-8
 ) -> DTCPredictor:
@@ -477,38 +542,51 @@ def exact_predictor(
         mean(x)    = m(x) + k_X(x)^T C^{-1} (y - m(X))        (a = C^{-1} (y - m))
         cov(x, x') = k(x, x') - p(x)^T p(x'),   p(x) = L^{-1} k_X(x)   (P = L^{-T}).
 
-    One Cholesky factor and one triangular inverse, ``O(n^3 / 3)`` each, where
-    the eigendecomposition route (:func:`nystrom_embedding_map`, ``Z = K W``,
-    :func:`dtc_factor`, :func:`dtc_explained_basis`) costs about ``14 n^3``.
-    ``C`` is positive definite (``N > 0``); if its factorisation fails in
-    floating point, a jitter relative to the mean diagonal is added
-    (:func:`jittered_cholesky`).
+    One Cholesky factor (:func:`exact_factor`) and one triangular inverse
+    (:func:`exact_predictor_from_factor`), where the eigendecomposition route
+    (:func:`nystrom_embedding_map`, ``Z = K W``, :func:`dtc_factor`,
+    :func:`dtc_explained_basis`) costs about ``14 n^3``.
 
     Args:
         K: ``batch_shape x n x n`` prior covariance of the training inputs.
         residual_y: ``batch_shape x n`` centred targets ``y - m(X)``.
         noise: ``batch_shape x n`` (or broadcastable) noise variances, ``> 0``.
-        jitter: Relative jitter used only if the factorisation fails, then
-            raised tenfold (five tries in all, :func:`jittered_cholesky`).
+        jitter: Relative jitter used only if the factorisation fails
+            (:func:`exact_factor`).
 
     Returns:
         The folded :class:`DTCPredictor` ``[a | L^{-T}]`` (``batch_shape x n x
         (1 + n)``, ``num_explained = n``).
     """
-    n = K.shape[-1]
-    if K.shape[-2] != n:
-        raise ValueError(f"K must be square, got shape {tuple(K.shape)}.")
-    # Peak memory: K, L, the basis and L^{-1}, four n x n blocks (no identity:
-    # the basis's last n columns hold it for the triangular solve).
-    C = _add_to_diagonal(K, noise.expand(*noise.shape[:-1], n))
-    L = jittered_cholesky(C, jitter, name="K + noise")
-    del C
-    basis = torch.zeros(*L.shape[:-1], 1 + n, dtype=L.dtype, device=L.device)
-    basis[..., 0:1] = torch.cholesky_solve(residual_y.unsqueeze(-1), L)
-    inverse = basis[..., 1:]
-    inverse.diagonal(dim1=-2, dim2=-1).fill_(1.0)
-    inverse.copy_(torch.linalg.solve_triangular(L, inverse, upper=False).mT)
-    return DTCPredictor(basis=basis, num_explained=n)
+    return exact_predictor_from_factor(exact_factor(K, residual_y, noise, jitter))
+
+
+def exact_features(factor: ExactFactor, K_XS: Tensor) -> tuple[Tensor, Tensor]:
+    r"""The exact posterior's mean offset and covariance factor from its
+    :class:`ExactFactor`: ``(K_XS a, P)`` with ``P = K_XS L^{-T}``, so that
+    ``cov = K_test - P P^T`` (the folded :func:`dtc_features` of
+    :func:`exact_predictor` without its ``n x n`` inverse).
+
+    One triangular solve with ``q`` right-hand sides (``n^2 q`` flops, as the
+    product with the inverse); an unbatched factor solves the whole test batch
+    as one ``n x (batch q)`` right-hand side, a batched one broadcasts.
+
+    Args:
+        factor: The :class:`ExactFactor` (``batch_shape x n x n``).
+        K_XS: ``batch_shape' x q x n`` cross-covariance ``k(X, X_train)``.
+
+    Returns:
+        ``(offset, P)``: ``batch_shape'' x q`` and ``batch_shape'' x q x n``.
+    """
+    L, coef = factor.chol, factor.coef
+    offset = (K_XS @ coef.unsqueeze(-1)).squeeze(-1)
+    n = L.shape[-1]
+    if L.dim() == 2:
+        rhs = K_XS.reshape(-1, n).mT
+        P = torch.linalg.solve_triangular(L, rhs, upper=False).mT
+        return offset, P.reshape(K_XS.shape)
+    P = torch.linalg.solve_triangular(L, K_XS.mT, upper=False).mT
+    return offset, P
 
 
 def dtc_explained_basis(W: Tensor, factor: DTCFactor) -> Tensor:

@@ -390,6 +390,47 @@ def test_exact_predictor_batched_jitter_and_errors(data):
         linalg.exact_predictor(-torch.eye(3, dtype=DT), y[:3], noise[0])
 
 
+@pytest.mark.parametrize("batched", [False, True])
+def test_exact_features_equal_the_inverse_predictor(data, batched):
+    """The exact posterior by triangular solves against the Cholesky factor
+    equals the folded predictor's (the inverse's), for a batch of test sets
+    against an unbatched factor (one solve) and for a batched factor, and its
+    gradient in the test points is the closed form's."""
+    X, y, Xs = data
+    noise = torch.full((40,), 0.01, dtype=DT)
+    K = rbf(X, X)
+    if batched:
+        K = torch.stack([rbf(X, X, 0.3), rbf(X, X, 0.5)])
+        y = y.expand(2, -1)
+    factor = linalg.exact_factor(K, y, noise)
+    predictor = linalg.exact_predictor_from_factor(factor)
+    torch.testing.assert_close(
+        predictor.basis, linalg.exact_predictor(K, y, noise).basis, atol=0, rtol=0
+    )
+    torch.testing.assert_close(predictor.basis[..., 0], factor.coef, atol=0, rtol=0)
+    g = torch.Generator().manual_seed(3)
+    tests = torch.rand(3, 3, X.shape[1], dtype=DT, generator=g)  # 3 x 3 x d
+    ls = (0.3, 0.5) if batched else (0.2,)
+    K_XS = torch.stack([rbf(tests.reshape(-1, X.shape[1]), X, l) for l in ls])
+    K_XS = K_XS.reshape(len(ls), 3, 3, 40).movedim(0, 1)  # 3 x b x 3 x n
+    if not batched:
+        K_XS = K_XS.squeeze(1)
+    offset, P = linalg.exact_features(factor, K_XS)
+    off_i, P_i, N_i = linalg.dtc_features(predictor, K_XS)
+    assert N_i.shape[-1] == 0 and P.shape == K_XS.shape
+    torch.testing.assert_close(offset, off_i, atol=1e-10, rtol=0)
+    torch.testing.assert_close(P @ P.mT, P_i @ P_i.mT, atol=1e-10, rtol=0)
+    if not batched:
+        x = Xs[:3].clone().requires_grad_(True)
+        _, Px = linalg.exact_features(factor, rbf(x, X))
+        (Px**2).sum().backward()  # sum of k_X(x)^T C^{-1} k_X(x)
+        x_ref = Xs[:3].clone().requires_grad_(True)
+        C = K + torch.diag(noise)
+        k = rbf(x_ref, X)
+        (k * torch.linalg.solve(C, k.mT).mT).sum().backward()
+        torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-8, rtol=0)
+
+
 def test_unfolded_predictor_is_differentiable_in_the_data(data):
     """Fantasy models differentiate the posterior through their training data:
     the unfolded predictor carries those gradients (the folded one is built

@@ -130,8 +130,12 @@ class DTCPosteriorMixin:
         always built without gradients (an eigendecomposition's are unstable).
 
         With every training point in the dictionary (and no gradient through the
-        data) the predictor is the exact GP's (:func:`~botorch_sketch.linalg.
-        exact_predictor`, one Cholesky factor, ``O(n^3 / 3)``). Without gradients
+        data) the cache holds the exact GP's Cholesky factor
+        (:func:`~botorch_sketch.linalg.exact_factor`, ``O(n^3 / 3)``): the mean,
+        the posterior and the samplers solve against it (``n^2 q`` per ``q``
+        points); the folded predictor ``[a | L^{-T}]``, one more ``O(n^3)``
+        triangular inverse, is built only for the callers of
+        :meth:`dtc_predictor` (BBKB's batch UCB). Without gradients
         the embedding map and the DTC factor are built on first use
         (:meth:`_factor_cache`): by the predictor of a dictionary of some points,
         and, with every point, only for the callers that need them
@@ -146,7 +150,9 @@ class DTCPosteriorMixin:
             key = tuple(p.clone() for p in current)
             X, Y = self._train_X, self._train_Y
             data_grad = torch.is_grad_enabled() and (X.requires_grad or Y.requires_grad)
-            cache: dict[str, Any] = dict.fromkeys(("S", "W", "factor", "predictor"))
+            cache: dict[str, Any] = dict.fromkeys(
+                ("S", "W", "factor", "predictor", "exact")
+            )
             cache["key"] = key
             if data_grad:
                 with torch.no_grad():
@@ -160,7 +166,7 @@ class DTCPosteriorMixin:
             elif self._uses_every_point():
                 with torch.no_grad():
                     cache["S"] = X
-                    cache["predictor"] = linalg.exact_predictor(
+                    cache["exact"] = linalg.exact_factor(
                         self.covar_module(X).to_dense(),
                         Y - self.mean_module(X),
                         self._noise(),
@@ -193,10 +199,22 @@ class DTCPosteriorMixin:
 
     def _predictor(self) -> linalg.DTCPredictor:
         cache = self._posterior_cache()
-        if cache["predictor"] is None:
+        if cache["predictor"] is None and cache["exact"] is not None:
+            cache["predictor"] = linalg.exact_predictor_from_factor(cache["exact"])
+        elif cache["predictor"] is None:
             cache = self._factor_cache()
             cache["predictor"] = linalg.dtc_predictor(cache["W"], cache["factor"])
         return cache["predictor"]
+
+    def _exact_factor(self) -> linalg.ExactFactor | None:
+        r"""The cached :class:`~botorch_sketch.linalg.ExactFactor` of an exact
+        model whose posterior is served from it (an unbatched factor, no
+        predictor built yet); ``None`` otherwise."""
+        cache = self._posterior_cache()
+        exact = cache["exact"]
+        if exact is None or cache["predictor"] is not None or exact.chol.dim() > 2:
+            return None
+        return exact
 
     def dtc_predictor(self) -> linalg.DTCPredictor:
         r"""The posterior's :class:`~botorch_sketch.linalg.DTCPredictor`, built on
@@ -207,7 +225,8 @@ class DTCPosteriorMixin:
         r"""The points the posterior's predictor (:meth:`dtc_predictor`) is
         expressed on: ``|S| x d`` transformed inputs, the dictionary (every
         training point for the exact predictor)."""
-        self._predictor()
+        if self._posterior_cache()["S"] is None:
+            self._predictor()
         return self._posterior_cache()["S"]
 
     def dtc_parts(self) -> DTCParts:
@@ -254,9 +273,12 @@ class DTCPosteriorMixin:
         factors ``P``, ``N`` of its covariance ``K_XX - P P^T + N N^T``
         (:func:`~botorch_sketch.linalg.dtc_features`)."""
         S = self.posterior_inducing_points()
-        offset, P, N = linalg.dtc_features(
-            self._predictor(), self.covar_module(X, S).to_dense()
-        )
+        K_XS = self.covar_module(X, S).to_dense()
+        exact = self._exact_factor()
+        if exact is not None:
+            offset, P = linalg.exact_features(exact, K_XS)
+            return self.mean_module(X) + offset, P, P[..., :0]
+        offset, P, N = linalg.dtc_features(self._predictor(), K_XS)
         return self.mean_module(X) + offset, P, N
 
     def _rls_at(self, X: Tensor, ridge: float | None = None) -> Tensor:
@@ -365,7 +387,11 @@ class DTCPosteriorMixin:
             if self.num_outputs > 1:
                 Xt = Xt.unsqueeze(-3)  # the outputs as a batch dimension
             S = self.posterior_inducing_points()
-            weights = self._predictor().basis[..., :1]  # a: ... x |S| x 1
+            exact = self._posterior_cache()["exact"]
+            if exact is not None:
+                weights = exact.coef.unsqueeze(-1)  # a: ... x n x 1
+            else:
+                weights = self._predictor().basis[..., :1]  # a: ... x |S| x 1
             kernel = self.covar_module(Xt, S).to_dense()
             mean = self.mean_module(Xt) + (kernel @ weights).squeeze(-1)
             if self.num_outputs > 1:
@@ -485,8 +511,13 @@ class DTCPosteriorMixin:
             f0_train = paths(X_train)  # n x k
             eps = torch.randn(*f0_train.shape, generator=generator, dtype=dtype)
             eps = eps.to(f0_train.device) * self._noise().sqrt().unsqueeze(-1)
-            P = self._predictor().basis[..., 1:]  # C^{-1} = P P^T
-            weights = P @ (P.mT @ (residual_y.unsqueeze(-1) - f0_train - eps))
+            rhs = residual_y.unsqueeze(-1) - f0_train - eps
+            exact = self._posterior_cache()["exact"]
+            if exact is not None:
+                weights = torch.cholesky_solve(rhs, exact.chol)
+            else:
+                P = self._predictor().basis[..., 1:]  # C^{-1} = P P^T
+                weights = P @ (P.mT @ rhs)
             # A x k, a chunk of candidates at a time (A x n and A x F blocks).
             samples = linalg.map_row_chunks(
                 lambda Xc: (

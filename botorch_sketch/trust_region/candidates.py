@@ -12,9 +12,9 @@ TuRBO-1 (Eriksson et al., NeurIPS 2019, Sec. 3) on the unit cube ``[0, 1]^d``:
   move along few coordinates at a time.
 - **Batch.** ``q`` Thompson samples of the posterior over the ``A`` candidates,
   each contributing its maximiser, without repeats. Three samplers
-  (``thompson``), and ``"auto"``: ``"joint"`` where the device factors the
-  ``A x A`` matrix in :data:`JOINT_AUTO_SECONDS` (:func:`joint_is_costly`),
-  ``"pathwise"`` beyond:
+  (``thompson``), and ``"auto"``: ``"joint"`` where the device forms and
+  factors the ``A x A`` covariance of a model of ``m`` dictionary points in
+  :data:`JOINT_AUTO_SECONDS` (:func:`joint_is_costly`), ``"pathwise"`` beyond:
 
   * ``"joint"``: samples of the model's joint posterior over the
     ``A`` candidates (the DTC covariance ``k(x, x') - z(x)^T z(x') + z(x)^T
@@ -258,7 +258,8 @@ def resolve_sampler(model: NystromGP, candidates: Tensor, thompson: str) -> str:
     ``"joint"``; ``"pathwise"`` needs an exact model (else ``"joint"``); above
     :data:`JOINT_MAX_CANDIDATES` a ``"joint"`` one is ``"embedding"``."""
     if thompson == "auto":
-        thompson = "pathwise" if joint_is_costly(candidates) else "joint"
+        costly = joint_is_costly(candidates, rank=model.dictionary_size)
+        thompson = "pathwise" if costly else "joint"
     if thompson == "pathwise" and model.is_exact:
         return "pathwise"
     if thompson != "embedding" and candidates.shape[0] <= JOINT_MAX_CANDIDATES:
@@ -331,15 +332,27 @@ def allocate_across_regions(
     return chosen
 
 
-def joint_is_costly(candidates: Tensor, seconds: float = JOINT_AUTO_SECONDS) -> bool:
-    r"""Whether factoring the ``A x A`` joint covariance of the ``A x d``
-    ``candidates`` (``A^3 / 3`` flops) takes more than ``seconds`` at the flop
-    rate of their device (:func:`~botorch_sketch.models.budget.device_facts`:
-    one CPU thread is modelled at ``5e10`` flop/s, so above about 3,100
-    candidates, i.e. TuRBO's ``200 d`` for ``d > 15`` model columns; a GPU's rate
-    is measured)."""
+def joint_is_costly(
+    candidates: Tensor, seconds: float = JOINT_AUTO_SECONDS, rank: int = 0
+) -> bool:
+    r"""Whether a joint sample over the ``A x d`` ``candidates`` from a model of
+    ``rank`` dictionary points takes more than ``seconds`` at the flop rate of
+    their device (:func:`~botorch_sketch.models.budget.device_facts`; one CPU
+    thread is modelled at ``5e10`` flop/s, a GPU's rate is measured).
+
+    The joint sample (:meth:`~botorch_sketch.models.NystromGP.sample_joint`)
+    costs ``A m r`` for the covariance's factor at the candidates (``r <= m``
+    columns; ``r = m`` for the exact GP, by triangular solves), ``A^2 r / 2``
+    for the covariance's lower triangle and ``A^3 / 3`` for its Cholesky
+    factor; ``rank = m`` counts ``r = m``. Without a rank the ``A x A`` factor
+    alone decides: above about 3,100 candidates on one CPU thread (TuRBO's
+    ``200 d`` for ``d > 15`` model columns); with an exact model of 1,500
+    points, above about 2,000 candidates.
+    """
     facts = device_facts(candidates.device, candidates.dtype)
-    return candidates.shape[-2] ** 3 / 3.0 > facts.flop_rate * seconds
+    A = candidates.shape[-2]
+    flops = A**3 / 3.0 + A * A * rank / 2.0 + A * float(rank) ** 2
+    return flops > facts.flop_rate * seconds
 
 
 def region_candidates(

@@ -72,16 +72,28 @@ class TestNystromGPExactness(BotorchTestCase):
                 )
 
     def test_full_dictionary_parts_are_built_on_demand_and_agree(self):
-        # Every point: the posterior comes from one Cholesky factor (the exact
-        # predictor); the DTC parts (embedding map, factor) are built only when a
-        # caller asks for them, and their predictor gives the same posterior.
+        # Every point: the posterior comes from one Cholesky factor (solves
+        # against it); the inverse's predictor is built only for a caller of
+        # dtc_predictor and gives the same posterior; the DTC parts (embedding
+        # map, factor) are built only when a caller asks for them, and their
+        # predictor gives the same posterior.
         X, Y = make_data(n=40)
         model = NystromGP(X, Y, dictionary="all").eval()
         Xt = torch.rand(6, 2, dtype=DT, generator=torch.Generator().manual_seed(1))
         p = model.posterior(Xt)
         cache = model._posterior_cache()
         self.assertIsNone(cache["factor"])
-        self.assertEqual(cache["predictor"].num_explained, 40)
+        self.assertIsNone(cache["predictor"])
+        self.assertEqual(cache["exact"].chol.shape, (40, 40))
+        self.assertEqual(model.dtc_predictor().num_explained, 40)
+        by_inverse = model.posterior(Xt)
+        self.assertAllClose(by_inverse.mean, p.mean, atol=1e-10, rtol=0)
+        self.assertAllClose(
+            by_inverse.distribution.covariance_matrix,
+            p.distribution.covariance_matrix,
+            atol=1e-10,
+            rtol=0,
+        )
         S, W, factor = model.dtc_parts()
         self.assertIs(model.dtc_parts().factor, factor)  # built once
         dtc = linalg.dtc_predictor(W, factor)

@@ -171,14 +171,21 @@ def test_pathwise_is_the_joint_sample_where_the_model_is_sketched():
 
 
 def test_auto_samples_pathwise_where_the_joint_factor_is_costly(monkeypatch):
-    # "auto" is "joint" while the device factors the A x A matrix within
-    # JOINT_AUTO_SECONDS (A^3 / 3 flops at its rate), "pathwise" beyond.
+    # "auto" is "joint" while the device forms and factors the A x A matrix
+    # within JOINT_AUTO_SECONDS (A^3 / 3 + A^2 m / 2 + A m^2 flops at its rate
+    # for a model of m dictionary points), "pathwise" beyond.
     from botorch_sketch.models import budget
     from botorch_sketch.trust_region import candidates as module
 
     cand = torch.rand(300, 3, dtype=torch.float64)
     assert not module.joint_is_costly(cand)  # 9e6 flops at 5e10 flop/s
     assert module.joint_is_costly(torch.rand(3200, 3, dtype=torch.float64))
+    # 2,000 candidates: 2.7e9 flops alone, 8.7e9 with 1,000 points, 1.02e10
+    # (above the 1e10 of 0.2 s at 5e10 flop/s) with 1,500.
+    two_k = torch.rand(2000, 3, dtype=torch.float64)
+    assert not module.joint_is_costly(two_k)
+    assert not module.joint_is_costly(two_k, rank=1000)
+    assert module.joint_is_costly(two_k, rank=1500)
     slow = budget.DeviceFacts(1e6, 2**34, 8)
     monkeypatch.setattr(module, "device_facts", lambda device, dtype: slow)
     assert module.joint_is_costly(cand)
