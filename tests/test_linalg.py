@@ -411,7 +411,7 @@ def test_exact_features_equal_the_inverse_predictor(data, batched):
     g = torch.Generator().manual_seed(3)
     tests = torch.rand(3, 3, X.shape[1], dtype=DT, generator=g)  # 3 x 3 x d
     ls = (0.3, 0.5) if batched else (0.2,)
-    K_XS = torch.stack([rbf(tests.reshape(-1, X.shape[1]), X, l) for l in ls])
+    K_XS = torch.stack([rbf(tests.reshape(-1, X.shape[1]), X, s) for s in ls])
     K_XS = K_XS.reshape(len(ls), 3, 3, 40).movedim(0, 1)  # 3 x b x 3 x n
     if not batched:
         K_XS = K_XS.squeeze(1)
