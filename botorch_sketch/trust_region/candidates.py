@@ -19,7 +19,7 @@ TuRBO-1 (Eriksson et al., NeurIPS 2019, Sec. 3) on the unit cube ``[0, 1]^d``:
   * ``"joint"``: samples of the model's joint posterior over the
     ``A`` candidates (the DTC covariance ``k(x, x') - z(x)^T z(x') + z(x)^T
     A^{-1} z(x')``, the exact GP's with every point in the dictionary;
-    ``O(A^2 m + A^3 / 3)`` time,
+    ``O(A m^2 + A^2 m / 2 + A^3 / 3)`` time,
     :meth:`~botorch_sketch.models.NystromGP.sample_joint`), maximised as
     BoTorch's ``MaxPosteriorSampling``, as TuRBO does on the exact GP.
   * ``"embedding"``: :class:`~botorch_sketch.generation.EmbeddingThompsonSampling`,
