@@ -132,8 +132,13 @@ batches of ``--batch``):
   ``refit_growth=0.1``; ``turbo-bkb-reopen-g0.1-w2500`` also with
   ``region_max_points=2500`` (the region's model on the 2,500 points nearest
   its best one: the exact GP on one CPU thread); ``turbo-bkb-reopen-g0.1-w1500``
-  the same on 1,500 points; ``turbo-bkb-reopen-g0.1-w2500-path`` the 2,500-point
-  one with ``thompson="pathwise"``; ``turbo-bkb-reopen-p`` (rows
+  the same on 1,500 points (``turbo-bkb-reopen-g0.1-w1500-inv``, rows only, commit
+  2dae0d4: before the exact model's posterior came from its Cholesky factor, with
+  an ``n x n`` inverse rebuilt at every call, and before ``thompson="auto"``
+  counted the model's points: the joint sample at every region size on
+  ``michalewicz10``; ``ackley20`` samples pathwise either way);
+  ``turbo-bkb-reopen-g0.1-w2500-path`` the 2,500-point one with
+  ``thompson="pathwise"``; ``turbo-bkb-reopen-p`` (rows
   only, commit 2cb57b7):
   fitted on the periodic schedule (``refit_growth=0.1``) from the first reopen
   on.
