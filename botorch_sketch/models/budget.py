@@ -27,9 +27,10 @@ it would leave a DTC posterior that gets worse with more data. A fixed time
 budget would shrink the cap like ``n^{-1/2}``.
 
 With every point in the dictionary the posterior is the exact GP's, built
-from one Cholesky factor of ``K + N`` and its triangular inverse
-(:func:`~botorch_sketch.linalg.exact_predictor`) instead of the sketch's
-eigendecompositions:
+from one Cholesky factor of ``K + N`` (:func:`~botorch_sketch.linalg.exact_factor`)
+and, for the callers that evaluate it through a basis (BBKB's batch UCB), its
+triangular inverse (:func:`~botorch_sketch.linalg.exact_predictor`) instead of
+the sketch's eigendecompositions; the rule counts the inverse either way:
 
     E(n) = 3 n^2 d + n^3 / 3 + EXACT_INVERSE_WEIGHT n^3 / 3,
 
