@@ -206,6 +206,13 @@ def test_auto_samples_pathwise_where_the_joint_factor_is_costly(monkeypatch):
     )
     torch.testing.assert_close(batch("auto"), batch("joint"))
     assert not torch.equal(batch("joint"), batch("pathwise"))
+    # At 5e7 flop/s the 300 x 300 factor alone (9e6 flops) fits the 1e7 of
+    # 0.2 s, with the 40-point model's products (1.13e7 in all) it does not.
+    rate = budget.DeviceFacts(5e7, 2**34, 8)
+    monkeypatch.setattr(module, "device_facts", lambda device, dtype: rate)
+    assert model.dictionary_size == 40 and model.is_exact
+    assert not module.joint_is_costly(cand)
+    assert module.resolve_sampler(model, cand, "auto") == "pathwise"
 
 
 def test_allocation_takes_each_samples_best_point_over_every_region():
