@@ -79,9 +79,14 @@ def metric_availability(
     if not required:
         return dict.fromkeys(indices, MetricAvailability.COMPLETE)
     observed: dict[int, set[str]] = {}
-    data = experiment.lookup_data(trial_indices=indices)
+    # All of the experiment's data: its data frame is cached on the experiment's
+    # ``Data`` and is the one the adapter extracts from next, where a subset of
+    # trials would build a second frame of every row at each call.
+    data = experiment.lookup_data()
     if data.metric_names:
-        pairs = data.full_df[["trial_index", "metric_name"]].drop_duplicates()
+        frame = data.full_df
+        frame = frame.loc[frame["trial_index"].isin(indices)]
+        pairs = frame[["trial_index", "metric_name"]].drop_duplicates()
         for index, name in zip(
             pairs["trial_index"].tolist(), pairs["metric_name"].tolist(), strict=True
         ):
