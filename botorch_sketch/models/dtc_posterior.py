@@ -199,11 +199,13 @@ class DTCPosteriorMixin:
 
     def _predictor(self) -> linalg.DTCPredictor:
         cache = self._posterior_cache()
-        if cache["predictor"] is None and cache["exact"] is not None:
-            cache["predictor"] = linalg.exact_predictor_from_factor(cache["exact"])
-        elif cache["predictor"] is None:
-            cache = self._factor_cache()
-            cache["predictor"] = linalg.dtc_predictor(cache["W"], cache["factor"])
+        if cache["predictor"] is None:
+            if cache["exact"] is not None:
+                predictor = linalg.exact_predictor_from_factor(cache["exact"])
+            else:
+                cache = self._factor_cache()
+                predictor = linalg.dtc_predictor(cache["W"], cache["factor"])
+            cache["predictor"] = predictor
         return cache["predictor"]
 
     def _exact_factor(self) -> linalg.ExactFactor | None:
