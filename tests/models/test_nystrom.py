@@ -51,6 +51,16 @@ def exact_twin(model, X, Y, **kwargs):
 
 
 class TestNystromGPExactness(BotorchTestCase):
+    def assert_same_joint(self, p, q, atol):
+        r"""Equal means and joint covariance matrices (absolute ``atol``)."""
+        self.assertAllClose(p.mean, q.mean, atol=atol, rtol=0)
+        self.assertAllClose(
+            p.distribution.covariance_matrix,
+            q.distribution.covariance_matrix,
+            atol=atol,
+            rtol=0,
+        )
+
     def test_full_dictionary_equals_exact_gp(self):
         for m, batch in [(1, ()), (2, ()), (1, (3,)), (2, (2,))]:
             X, Y = make_data(m=m, batch=batch)
@@ -63,13 +73,7 @@ class TestNystromGPExactness(BotorchTestCase):
                     exact.posterior(Xt, observation_noise=noise),
                 )
                 self.assertEqual(p.mean.shape, q.mean.shape)
-                self.assertAllClose(p.mean, q.mean, atol=1e-8, rtol=0)
-                self.assertAllClose(
-                    p.distribution.covariance_matrix,
-                    q.distribution.covariance_matrix,
-                    atol=1e-8,
-                    rtol=0,
-                )
+                self.assert_same_joint(p, q, atol=1e-8)
 
     def test_full_dictionary_parts_are_built_on_demand_and_agree(self):
         # Every point: the posterior comes from one Cholesky factor (solves
@@ -86,14 +90,7 @@ class TestNystromGPExactness(BotorchTestCase):
         self.assertIsNone(cache["predictor"])
         self.assertEqual(cache["exact"].chol.shape, (40, 40))
         self.assertEqual(model.dtc_predictor().num_explained, 40)
-        by_inverse = model.posterior(Xt)
-        self.assertAllClose(by_inverse.mean, p.mean, atol=1e-10, rtol=0)
-        self.assertAllClose(
-            by_inverse.distribution.covariance_matrix,
-            p.distribution.covariance_matrix,
-            atol=1e-10,
-            rtol=0,
-        )
+        self.assert_same_joint(model.posterior(Xt), p, atol=1e-10)  # by the inverse
         S, W, factor = model.dtc_parts()
         self.assertIs(model.dtc_parts().factor, factor)  # built once
         dtc = linalg.dtc_predictor(W, factor)
