@@ -23,21 +23,17 @@ untouched.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
 
 import ax.core.utils as ax_core_utils
 from ax.core.experiment import Experiment
 from ax.core.optimization_config import OptimizationConfig
 from ax.core.utils import MetricAvailability
 
-__all__ = ["fast_metric_availability", "metric_availability"]
+from botorch_sketch.ax.swap import ModuleSwap
 
-_LOCK = threading.Lock()
-#: Blocks open in any thread, and the function Ax's module held when the first opened.
-_DEPTH = 0
-_REPLACED: Callable[..., dict[int, MetricAvailability]] | None = None
+__all__ = ["fast_metric_availability", "metric_availability"]
 
 
 def metric_availability(
@@ -105,22 +101,13 @@ def _availability(observed: set[str], required: set[str]) -> MetricAvailability:
     return MetricAvailability.INCOMPLETE
 
 
-@contextmanager
-def fast_metric_availability() -> Iterator[None]:
+def fast_metric_availability() -> AbstractContextManager[None]:
     r"""Use :func:`metric_availability` for Ax's ``compute_metric_availability``
     inside the block (re-entrant and thread-safe: whatever Ax's module held
     before is back once the last block open in any thread has closed)."""
-    global _DEPTH, _REPLACED
-    with _LOCK:
-        if _DEPTH == 0:
-            _REPLACED = ax_core_utils.compute_metric_availability
-            ax_core_utils.compute_metric_availability = metric_availability
-        _DEPTH += 1
-    try:
-        yield
-    finally:
-        with _LOCK:
-            _DEPTH -= 1
-            if _DEPTH == 0:
-                ax_core_utils.compute_metric_availability = _REPLACED
-                _REPLACED = None
+    return _SWAP()
+
+
+_SWAP = ModuleSwap(
+    ax_core_utils, "compute_metric_availability", lambda: metric_availability
+)

@@ -46,6 +46,7 @@ from ax.generation_strategy.transition_criterion import MinTrials
 from ax.utils.common.random import with_rng_seed
 
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
+from botorch_sketch.ax.experiment_data import fast_experiment_data
 from botorch_sketch.ax.generator import SketchGenerators
 from botorch_sketch.ax.pending import fast_metric_availability
 from botorch_sketch.ax.turbo import TurboGenerators
@@ -92,7 +93,11 @@ def new_adaptive_batch_trial(
         ``trial.mark_completed()``.
     """
     _check_size(max_batch_size)
-    with _expected_short_batches(), fast_metric_availability():
+    with (
+        _expected_short_batches(),
+        fast_metric_availability(),
+        fast_experiment_data(),
+    ):
         run = generation_strategy.gen_single_trial(
             experiment=experiment, n=max_batch_size
         )
@@ -140,6 +145,7 @@ def get_next_batch(client: Client, max_batch_size: int) -> dict[int, dict]:
         with_rng_seed(seed=client._random_seed),
         _expected_short_batches(),
         fast_metric_availability(),
+        fast_experiment_data(),
     ):
         run = strategy.gen_single_trial(experiment=experiment, n=max_batch_size)
     runs = split_generator_run(run, batch_id=len(experiment.trials))
@@ -201,7 +207,11 @@ def gen_filled_batch(
                 **(options or {}),
                 "min_batch_size": n,
             }
-        with _expected_short_batches(), fast_metric_availability():
+        with (
+            _expected_short_batches(),
+            fast_metric_availability(),
+            fast_experiment_data(),
+        ):
             (runs,) = strategy.gen(
                 experiment=experiment, n=n, fixed_features=fixed_features
             )

@@ -1,0 +1,267 @@
+"""Incremental extraction of Ax's training data: Ax's answer at every call."""
+
+from __future__ import annotations
+
+import gc
+
+import ax.adapter.base as ax_adapter_base
+import pandas as pd
+import pytest
+from ax import ChoiceParameterConfig, Client, RangeParameterConfig
+from ax.core.data import Data
+from ax.core.data_utils import DataLoaderConfig, extract_experiment_data
+from ax.core.parameter import ParameterType, RangeParameter
+
+from botorch_sketch.ax import complete_trials, get_next_batch
+from botorch_sketch.ax import experiment_data as module
+from botorch_sketch.ax.experiment_data import (
+    fast_experiment_data,
+    incremental_experiment_data,
+)
+from tests.ax.helpers import evaluate, make_client
+
+AX_FUNCTION = ax_adapter_base.extract_experiment_data
+DEFAULT = DataLoaderConfig()
+
+
+def new_client() -> Client:
+    r"""Float, int and string parameters; two objectives and a tracking metric."""
+    client = Client(random_seed=0)
+    client.configure_experiment(
+        parameters=[
+            RangeParameterConfig(name="x", parameter_type="float", bounds=(0, 1)),
+            RangeParameterConfig(name="k", parameter_type="int", bounds=(0, 5)),
+            ChoiceParameterConfig(
+                name="c", parameter_type="str", values=["u", "v", "w"]
+            ),
+        ]
+    )
+    client.configure_optimization(objective="a, b")
+    client.configure_tracking_metrics(metric_names=["t"])
+    return client
+
+
+def add_trials(client: Client, count: int, leave_running: bool = True) -> list[int]:
+    r"""``count`` trials with every outcome: complete, one objective missing,
+    tracking only, failed, abandoned, complete, and (optionally) running."""
+    indices = []
+    for _ in range(count):
+        start = len(client._experiment.trials)
+        parameters = {"x": (start % 10) / 10, "k": start % 6, "c": "uvw"[start % 3]}
+        for name in client._experiment.search_space.parameters:
+            parameters.setdefault(name, 0.5)  # a float parameter added later
+        index = client.attach_trial(parameters)
+        indices.append(index)
+        kind = index % 7
+        if kind in (0, 5):
+            complete_trials(client, {index: {"a": 0.1 * index, "b": 1.0, "t": 0.0}})
+        elif kind == 1:
+            complete_trials(client, {index: {"a": float(index)}})
+        elif kind == 2:
+            complete_trials(client, {index: {"t": 1.0}})
+        elif kind == 3:
+            client.mark_trial_failed(index)
+        elif kind == 4:
+            client.mark_trial_abandoned(index)
+        elif not leave_running:
+            complete_trials(client, {index: {"a": 1.0, "b": 2.0}})
+    return indices
+
+
+def assert_same(experiment, config: DataLoaderConfig = DEFAULT) -> None:
+    got = incremental_experiment_data(experiment, config)
+    want = extract_experiment_data(experiment, config)
+    pd.testing.assert_frame_equal(got.arm_data, want.arm_data, check_exact=True)
+    pd.testing.assert_frame_equal(
+        got.observation_data, want.observation_data, check_exact=True
+    )
+    assert got == want
+
+
+@pytest.fixture
+def seen(monkeypatch):
+    r"""The trial indices each of Ax's arm extractions was given."""
+    calls: list[list[int]] = []
+    original = module._extract_arm_data
+
+    def spy(experiment):
+        calls.append(list(experiment.trials))
+        return original(experiment=experiment)
+
+    monkeypatch.setattr(module, "_extract_arm_data", spy)
+    return calls
+
+
+def held(experiment) -> int:
+    entry = module._PREFIXES.get(id(experiment))
+    return 0 if entry is None else len(entry[1].trials)
+
+
+def test_growing_experiment_reuses_the_settled_prefix(seen):
+    client = new_client()
+    experiment = client._experiment
+    add_trials(client, 20, leave_running=False)
+    assert_same(experiment)
+    assert seen[-1] == list(range(20))  # first call: everything
+    assert held(experiment) == 20
+    for _ in range(4):
+        start = len(experiment.trials)
+        add_trials(client, 9, leave_running=False)
+        seen.clear()
+        assert_same(experiment)
+        assert seen == [list(range(start, start + 9))]  # only the new trials
+        assert held(experiment) == start + 9
+
+
+def test_running_trial_ends_the_prefix_until_it_settles(seen):
+    client = new_client()
+    experiment = client._experiment
+    add_trials(client, 14)  # trials 6 and 13 stay running
+    assert_same(experiment)
+    assert held(experiment) == 6
+    complete_trials(client, {6: {"a": 3.0, "b": 4.0}})
+    seen.clear()
+    assert_same(experiment)
+    assert seen == [list(range(6, 14))]
+    assert held(experiment) == 13
+    add_trials(client, 5)  # the running trial 13 is still in the tail
+    assert_same(experiment)
+    assert held(experiment) == 13
+    complete_trials(client, {13: {"a": 3.0, "b": 4.0}})
+    assert_same(experiment)
+    assert held(experiment) == 19
+
+
+def test_no_new_trials_reuses_everything(seen):
+    client = new_client()
+    add_trials(client, 12, leave_running=False)
+    assert_same(client._experiment)
+    seen.clear()
+    assert_same(client._experiment)
+    assert seen == []
+
+
+def rewrite_trial_zero(client: Client) -> None:
+    experiment = client._experiment
+    row = experiment.lookup_data().full_df.iloc[[0]].copy()
+    row["mean"] = 123.0
+    experiment.attach_data(Data(df=row))
+
+
+def add_metric(client: Client) -> None:
+    client.configure_tracking_metrics(metric_names=["t", "u"])
+    complete_trials(client, {6: {"u": 1.0}})
+
+
+def custom_arm_name(client: Client) -> None:
+    index = client.attach_trial({"x": 0.5, "k": 1, "c": "u"}, arm_name="baseline")
+    complete_trials(client, {index: {"a": 1.0, "b": 1.0}})
+
+
+def with_step(client: Client) -> None:
+    index = client.attach_trial({"x": 0.5, "k": 1, "c": "u"})
+    client.complete_trial(index, {"a": 1.0, "b": 1.0}, progression=3)
+
+
+def new_parameter(client: Client) -> None:
+    experiment = client._experiment
+    experiment.search_space.add_parameter(
+        RangeParameter("z", ParameterType.FLOAT, lower=0.0, upper=1.0)
+    )
+    index = client.attach_trial({"x": 0.5, "k": 1, "c": "u", "z": 0.5})
+    complete_trials(client, {index: {"a": 1.0, "b": 1.0}})
+
+
+def abandon_completed_trial(client: Client) -> None:
+    client._experiment.trials[0].mark_abandoned(unsafe=True)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        rewrite_trial_zero,
+        add_metric,
+        custom_arm_name,
+        with_step,
+        new_parameter,
+        abandon_completed_trial,
+    ],
+)
+def test_changes_behind_the_prefix_give_axs_answer(change):
+    client = new_client()
+    add_trials(client, 20, leave_running=False)
+    assert_same(client._experiment)
+    change(client)
+    assert_same(client._experiment)
+    add_trials(client, 3, leave_running=False)
+    assert_same(client._experiment)
+
+
+def test_other_loader_configurations():
+    client = new_client()
+    add_trials(client, 20)
+    for config in (
+        DataLoaderConfig(fit_abandoned=True),
+        DEFAULT,
+        DataLoaderConfig(latest_rows_per_group=None),
+    ):
+        assert_same(client._experiment, config)
+        add_trials(client, 4)
+        assert_same(client._experiment, config)
+
+
+def test_explicit_data_and_empty_experiment():
+    client = new_client()
+    experiment = client._experiment
+    assert_same(experiment)  # no trials
+    add_trials(client, 10, leave_running=False)
+    subset = experiment.lookup_data().filter(trial_indices=range(5))
+    got = incremental_experiment_data(experiment, DEFAULT, subset)
+    assert got == extract_experiment_data(experiment, DEFAULT, subset)
+    assert_same(experiment)  # the subset's rows did not become the prefix's
+
+
+def test_prefix_is_dropped_with_its_experiment():
+    client = new_client()
+    add_trials(client, 10, leave_running=False)
+    assert_same(client._experiment)
+    key = id(client._experiment)
+    assert key in module._PREFIXES
+    del client
+    gc.collect()
+    assert key not in module._PREFIXES
+
+
+def test_context_installs_it_for_the_adapter_only_inside():
+    def installed():
+        return ax_adapter_base.extract_experiment_data
+
+    assert installed() is AX_FUNCTION
+    with pytest.raises(RuntimeError, match="boom"):
+        with fast_experiment_data():
+            with fast_experiment_data():
+                assert installed() is incremental_experiment_data
+            assert installed() is incremental_experiment_data
+            raise RuntimeError("boom")
+    assert installed() is AX_FUNCTION
+
+
+def test_get_next_batch_gives_the_same_batch_as_with_axs_extraction(monkeypatch):
+    def run(client: Client) -> list[dict]:
+        trials = client.get_next_trials(max_trials=6)
+        complete_trials(client, {i: evaluate("branin", p) for i, p in trials.items()})
+        batches = []
+        for _ in range(3):
+            trials = get_next_batch(client, max_batch_size=4)
+            complete_trials(
+                client, {i: evaluate("branin", p) for i, p in trials.items()}
+            )
+            batches.append(trials)
+        return batches
+
+    options = {"initialization_budget": 6, "batch_size": 4}
+    ours = run(make_client("turbo-bkb", **options))
+    assert ax_adapter_base.extract_experiment_data is AX_FUNCTION
+    monkeypatch.setattr(module, "incremental_experiment_data", AX_FUNCTION)
+    theirs = run(make_client("turbo-bkb", **options))
+    assert ours == theirs
