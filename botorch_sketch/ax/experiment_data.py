@@ -28,6 +28,8 @@ difference falls back to Ax's function on the whole experiment:
   so that the concatenation is in Ax's sort order;
 - both parts have the same columns, dtypes and index levels.
 
+Below :data:`MIN_TRIALS` trials it is Ax's function (as fast there).
+
 :func:`fast_experiment_data` installs it in place of Ax's function for the
 adapter (``ax.adapter.base``) inside a ``with`` block, as
 :func:`~botorch_sketch.ax.pending.fast_metric_availability` does for the
@@ -72,6 +74,9 @@ SETTLED = frozenset(
     }
 )
 _DEFAULT_ARM_NAME = re.compile(r"^\d+_\d+$")
+#: Fewer trials than this: Ax's function, which is then as fast as the reuse's fixed
+#: pandas cost on the new trials (``benchmarks/results/pending.md``).
+MIN_TRIALS = 250
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,7 @@ def incremental_experiment_data(
     rows = data.full_df
     prefix = _valid_prefix(experiment, data_loader_config, trials, rows)
     held = 0 if prefix is None else len(prefix.trials)
-    if not _eligible(trials[held:], rows, held):
+    if len(trials) < MIN_TRIALS or not _eligible(trials[held:], rows, held):
         _forget(experiment)
         return ax_extract_experiment_data(experiment, data_loader_config, data)
     part = None

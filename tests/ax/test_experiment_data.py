@@ -24,6 +24,12 @@ AX_FUNCTION = ax_adapter_base.extract_experiment_data
 DEFAULT = DataLoaderConfig()
 
 
+@pytest.fixture(autouse=True)
+def reuse_from_the_first_trial(monkeypatch):
+    r"""Small experiments exercise the reuse (``MIN_TRIALS`` is for speed only)."""
+    monkeypatch.setattr(module, "MIN_TRIALS", 0)
+
+
 def new_client() -> Client:
     r"""Float, int and string parameters; two objectives and a tracking metric."""
     client = Client(random_seed=0)
@@ -219,6 +225,17 @@ def test_explicit_data_and_empty_experiment():
     got = incremental_experiment_data(experiment, DEFAULT, subset)
     assert got == extract_experiment_data(experiment, DEFAULT, subset)
     assert_same(experiment)  # the subset's rows did not become the prefix's
+
+
+def test_below_min_trials_it_is_axs_function(monkeypatch, seen):
+    monkeypatch.setattr(module, "MIN_TRIALS", 30)
+    client = new_client()
+    add_trials(client, 29, leave_running=False)
+    assert_same(client._experiment)
+    assert seen == [] and held(client._experiment) == 0
+    add_trials(client, 1, leave_running=False)
+    assert_same(client._experiment)
+    assert seen == [list(range(30))] and held(client._experiment) == 30
 
 
 def test_prefix_is_dropped_with_its_experiment():
