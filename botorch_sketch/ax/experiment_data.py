@@ -31,9 +31,9 @@ difference falls back to Ax's function on the whole experiment:
 Below :data:`MIN_TRIALS` trials it is Ax's function (as fast there).
 
 :func:`fast_experiment_data` installs it in place of Ax's function for the
-adapter (``ax.adapter.base``) inside a ``with`` block, as
-:func:`~botorch_sketch.ax.pending.fast_metric_availability` does for the
-pending points; the package's generation calls open both.
+adapter (``ax.adapter.base``) inside a ``with`` block; the package's adapter,
+:class:`~botorch_sketch.ax.adapter.SketchTorchAdapter`, extracts its training
+data inside one.
 """
 
 from __future__ import annotations

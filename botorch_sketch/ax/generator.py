@@ -79,7 +79,6 @@ from ax.adapter.registry import (
     MBM_X_trans,
     Y_trans,
 )
-from ax.adapter.torch import TorchAdapter
 from ax.core.search_space import SearchSpaceDigest
 from ax.generators.torch.botorch_modular.acquisition import Acquisition
 from ax.generators.torch.botorch_modular.generator import BoTorchGenerator
@@ -96,6 +95,7 @@ from botorch.utils.datasets import SupervisedDataset
 from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
+from botorch_sketch.ax.adapter import SketchTorchAdapter
 from botorch_sketch.ax.library import BBKBLibraryGenerator
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.models.nystrom_fit import SketchState
@@ -518,14 +518,14 @@ def _single_outcome(datasets: Sequence[SupervisedDataset]) -> bool:
 _SETUPS: dict[str, GeneratorSetup] = {
     **GENERATOR_KEY_TO_GENERATOR_SETUP,
     SKETCH_GENERATOR_KEY: GeneratorSetup(
-        adapter_class=TorchAdapter,
+        adapter_class=SketchTorchAdapter,
         generator_class=SketchBoTorchGenerator,
         transforms=MBM_X_trans + Y_trans,  # as Generators.BOTORCH_MODULAR
         # Passed back at every fit; kept in generator_state_after_gen only.
         not_saved_generator_kwargs=["sketch_state", "fit_record"],
     ),
     LIBRARY_GENERATOR_KEY: GeneratorSetup(
-        adapter_class=TorchAdapter,
+        adapter_class=SketchTorchAdapter,
         generator_class=BBKBLibraryGenerator,
         # Inputs only: the engine keeps reward sums, so the rewards' scaling is
         # frozen by the generator itself, not re-fitted by Ax at every call.

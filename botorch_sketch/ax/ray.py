@@ -87,7 +87,6 @@ from ax.storage.json_store.registry import (
     CORE_ENCODER_REGISTRY,
 )
 
-from botorch_sketch.ax.experiment_data import fast_experiment_data
 from botorch_sketch.ax.pending import fast_metric_availability
 from botorch_sketch.ax.trials import gen_filled_batch, trials_left_in_generating_node
 
@@ -890,7 +889,7 @@ class LookaheadOrchestrator(Orchestrator):
         """
         experiment = self.experiment if experiment is None else experiment
         fixed = get_fixed_features_from_experiment(experiment)
-        with fast_metric_availability(), fast_experiment_data():
+        with fast_metric_availability():
             if last_node and self.options.trial_type == TrialType.TRIAL:
                 runs = gen_filled_batch(
                     self.generation_strategy,

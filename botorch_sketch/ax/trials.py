@@ -46,7 +46,6 @@ from ax.generation_strategy.transition_criterion import MinTrials
 from ax.utils.common.random import with_rng_seed
 
 from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
-from botorch_sketch.ax.experiment_data import fast_experiment_data
 from botorch_sketch.ax.generator import SketchGenerators
 from botorch_sketch.ax.pending import fast_metric_availability
 from botorch_sketch.ax.turbo import TurboGenerators
@@ -96,7 +95,6 @@ def new_adaptive_batch_trial(
     with (
         _expected_short_batches(),
         fast_metric_availability(),
-        fast_experiment_data(),
     ):
         run = generation_strategy.gen_single_trial(
             experiment=experiment, n=max_batch_size
@@ -145,7 +143,6 @@ def get_next_batch(client: Client, max_batch_size: int) -> dict[int, dict]:
         with_rng_seed(seed=client._random_seed),
         _expected_short_batches(),
         fast_metric_availability(),
-        fast_experiment_data(),
     ):
         run = strategy.gen_single_trial(experiment=experiment, n=max_batch_size)
     runs = split_generator_run(run, batch_id=len(experiment.trials))
@@ -210,7 +207,6 @@ def gen_filled_batch(
         with (
             _expected_short_batches(),
             fast_metric_availability(),
-            fast_experiment_data(),
         ):
             (runs,) = strategy.gen(
                 experiment=experiment, n=n, fixed_features=fixed_features

@@ -130,7 +130,6 @@ from typing import Any
 
 import torch
 from ax.adapter.registry import GeneratorRegistryBase, GeneratorSetup, MBM_X_trans
-from ax.adapter.torch import TorchAdapter
 from ax.core.search_space import SearchSpaceDigest
 from ax.exceptions.core import SearchSpaceExhausted, UnsupportedError
 from ax.generators.torch.botorch_modular.surrogate import SurrogateSpec
@@ -141,6 +140,7 @@ from botorch.utils.datasets import SupervisedDataset
 from torch import Tensor
 from torch.quasirandom import SobolEngine
 
+from botorch_sketch.ax.adapter import SketchTorchAdapter
 from botorch_sketch.ax.encoding import discrete_columns
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.models.validation import (
@@ -988,7 +988,7 @@ class TurboGenerators(GeneratorRegistryBase):
 
 _SETUPS: dict[str, GeneratorSetup] = {
     TURBO_GENERATOR_KEY: GeneratorSetup(
-        adapter_class=TorchAdapter,
+        adapter_class=SketchTorchAdapter,
         generator_class=TurboGenerator,
         transforms=MBM_X_trans,
         # Passed back at every call; kept in generator_state_after_gen only.
