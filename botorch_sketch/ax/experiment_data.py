@@ -229,11 +229,13 @@ def _extend(
     r"""The prefix's extraction followed by that of the other trials; ``None``
     where the two parts would not concatenate to Ax's answer."""
     head = prefix.part
-    rest = trials[len(prefix.trials) :]
+    count = len(prefix.trials)
+    rest = trials[count:]
     if not rest:
         return head
+    rows = data.full_df
     tail = _extract(
-        experiment, rest, config, data.filter(trial_indices=[t.index for t in rest])
+        experiment, rest, config, _tail_data(rows.loc[rows["trial_index"] >= count])
     )
     if not tail.arm_dtypes.equals(head.arm_dtypes):
         return None  # the whole arm frame would infer other dtypes
@@ -253,6 +255,20 @@ def _extend(
         ),
         arm_dtypes=head.arm_dtypes,
     )
+
+
+def _tail_data(rows: pd.DataFrame) -> Data:
+    r"""``rows`` as ``Data``, without their (all-NaN) step column where Ax's
+    ``Data.latest`` would keep every row and order nothing that matters: one row
+    per (trial, arm, metric) and no metadata columns. Ax's extraction drops an
+    all-NaN step column after ``latest``, which costs two more data frames."""
+    if (
+        MAP_KEY in rows.columns
+        and set(rows.columns) == Data.REQUIRED_COLUMNS | {MAP_KEY}
+        and not rows.duplicated(subset=Data.DEDUPLICATE_BY_COLUMNS).any()
+    ):
+        rows = rows.drop(columns=[MAP_KEY])
+    return Data(df=rows.reset_index(drop=True))
 
 
 def _remember(

@@ -178,6 +178,26 @@ def new_parameter(client: Client) -> None:
     complete_trials(client, {index: {"a": 1.0, "b": 1.0}})
 
 
+def with_times(client: Client) -> None:
+    r"""A completed trial whose rows carry start and end times (metadata)."""
+    experiment = client._experiment
+    index = client.attach_trial({"x": 0.5, "k": 1, "c": "u"})
+    rows = pd.DataFrame(
+        {
+            "trial_index": [index, index],
+            "arm_name": [f"{index}_0"] * 2,
+            "metric_name": ["a", "b"],
+            "metric_signature": ["a", "b"],
+            "mean": [1.0, 2.0],
+            "sem": [float("nan")] * 2,
+            "start_time": [pd.Timestamp("2026-01-01"), pd.Timestamp("2026-01-02")],
+            "end_time": [pd.Timestamp("2026-01-03")] * 2,
+        }
+    )
+    experiment.attach_data(Data(df=rows))
+    experiment.trials[index].mark_completed()
+
+
 def abandon_completed_trial(client: Client) -> None:
     client._experiment.trials[0].mark_abandoned(unsafe=True)
 
@@ -190,6 +210,7 @@ def abandon_completed_trial(client: Client) -> None:
         custom_arm_name,
         with_step,
         new_parameter,
+        with_times,
         abandon_completed_trial,
     ],
 )
