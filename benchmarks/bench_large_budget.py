@@ -98,6 +98,8 @@ batches of ``--batch``):
   ``refit_growth=0.1`` (the region's hyperparameters fitted from scratch once
   its data grew by 10 % since their fit, kept in between; the default
   ``"cold"`` fits at every call, as TuRBO-1).
+- ``turbo-bkb-g0.1-path``: the same with ``thompson="pathwise"`` (for batches of
+  one, where the joint sample over the region's candidates is paid per point).
 - ``turbo-bkb-ard``: ``"turbo-bkb"`` with ``one_hot_lengthscales="per_column"``
   (one lengthscale per one-hot column, the only kernel before commit f4cc0ab;
   ``mixed10`` is the only problem where it differs). Every earlier
@@ -239,6 +241,7 @@ METHODS = (
     "turbo-bkb",
     "turbo-bkb-warm",
     "turbo-bkb-g0.1",
+    "turbo-bkb-g0.1-path",
     "turbo-bkb-ard",
     "turbo-bkb-path",
     "turbo-bkb-path-a5000",
@@ -284,6 +287,10 @@ METHODS = (
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-warm": ("turbo-bkb", {"region_fit": "warm"}),
     "turbo-bkb-g0.1": ("turbo-bkb", {"region_fit": "periodic", "refit_growth": 0.1}),
+    "turbo-bkb-g0.1-path": (
+        "turbo-bkb",
+        {"region_fit": "periodic", "refit_growth": 0.1, "thompson": "pathwise"},
+    ),
     "turbo-bkb-ard": ("turbo-bkb", {"one_hot_lengthscales": "per_column"}),
     "turbo-bkb-path": ("turbo-bkb", {"thompson": "pathwise"}),
     "turbo-bkb-joint": ("turbo-bkb", {"thompson": "joint"}),
