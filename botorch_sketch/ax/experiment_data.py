@@ -109,8 +109,9 @@ class _Prefix:
 
 
 _LOCK = threading.Lock()
-#: ``id(experiment) -> (weak reference, prefix)``; entries leave with the experiment.
-_PREFIXES: dict[int, tuple[weakref.ref, _Prefix]] = {}
+#: ``id(experiment) -> (weak reference, prefix or None)``; an entry leaves with its
+#: experiment (one finalizer each), ``None`` while nothing is held.
+_PREFIXES: dict[int, tuple[weakref.ref, _Prefix | None]] = {}
 
 
 def incremental_experiment_data(
@@ -131,10 +132,12 @@ def incremental_experiment_data(
     """
     data = data or experiment.lookup_data()
     trials = list(experiment.trials.values())
+    if len(trials) < MIN_TRIALS:
+        return ax_extract_experiment_data(experiment, data_loader_config, data)
     rows = data.full_df
     prefix = _valid_prefix(experiment, data_loader_config, trials, rows)
     held = 0 if prefix is None else len(prefix.trials)
-    if len(trials) < MIN_TRIALS or not _eligible(trials[held:], rows, held):
+    if not _eligible(trials[held:], rows, held):
         _forget(experiment)
         return ax_extract_experiment_data(experiment, data_loader_config, data)
     part = None
@@ -202,7 +205,7 @@ def _valid_prefix(
     r"""The remembered prefix, if it still describes the experiment."""
     with _LOCK:
         entry = _PREFIXES.get(id(experiment))
-    if entry is None or entry[0]() is not experiment:
+    if entry is None or entry[0]() is not experiment or entry[1] is None:
         return None
     prefix = entry[1]
     count = len(prefix.trials)
@@ -308,12 +311,7 @@ def _remember(
             arm_dtypes=part.arm_dtypes,
         ),
     )
-    key = id(experiment)
-    with _LOCK:
-        fresh = key not in _PREFIXES
-        _PREFIXES[key] = (weakref.ref(experiment), remembered)
-    if fresh:
-        weakref.finalize(experiment, _drop, key)
+    _hold(experiment, remembered)
 
 
 def _rows_of(rows: pd.DataFrame, count: int) -> pd.DataFrame:
@@ -328,8 +326,20 @@ def _metric_signatures(experiment: Experiment) -> tuple[str, ...]:
     return tuple(sorted(metric.signature for metric in experiment.metrics.values()))
 
 
+def _hold(experiment: Experiment, prefix: _Prefix | None) -> None:
+    key = id(experiment)
+    with _LOCK:
+        entry = _PREFIXES.get(key)
+        fresh = entry is None or entry[0]() is not experiment
+        if fresh and prefix is None:
+            return
+        _PREFIXES[key] = (weakref.ref(experiment), prefix)
+    if fresh:
+        weakref.finalize(experiment, _drop, key)
+
+
 def _forget(experiment: Experiment) -> None:
-    _drop(id(experiment))
+    _hold(experiment, None)
 
 
 def _drop(key: int) -> None:

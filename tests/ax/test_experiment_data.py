@@ -100,7 +100,7 @@ def seen(monkeypatch):
 
 def held(experiment) -> int:
     entry = module._PREFIXES.get(id(experiment))
-    return 0 if entry is None else len(entry[1].trials)
+    return 0 if entry is None or entry[1] is None else len(entry[1].trials)
 
 
 def test_growing_experiment_reuses_the_settled_prefix(seen):
