@@ -99,7 +99,9 @@ batches of ``--batch``):
   its data grew by 10 % since their fit, kept in between; the default
   ``"cold"`` fits at every call, as TuRBO-1).
 - ``turbo-bkb-g0.1-path``: the same with ``thompson="pathwise"`` (for batches of
-  one, where the joint sample over the region's candidates is paid per point).
+  one, where the joint sample over the region's candidates is paid per point);
+  ``turbo-bkb-g0.1-path-noise1-sem`` also with ``noise_tolerance=1`` and the
+  observations' standard errors reported (as ``<name>-sem`` below).
 - ``turbo-bkb-ard``: ``"turbo-bkb"`` with ``one_hot_lengthscales="per_column"``
   (one lengthscale per one-hot column, the only kernel before commit f4cc0ab;
   ``mixed10`` is the only problem where it differs). Every earlier
@@ -242,6 +244,7 @@ METHODS = (
     "turbo-bkb-warm",
     "turbo-bkb-g0.1",
     "turbo-bkb-g0.1-path",
+    "turbo-bkb-g0.1-path-noise1-sem",
     "turbo-bkb-ard",
     "turbo-bkb-path",
     "turbo-bkb-path-a5000",
@@ -290,6 +293,15 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-g0.1-path": (
         "turbo-bkb",
         {"region_fit": "periodic", "refit_growth": 0.1, "thompson": "pathwise"},
+    ),
+    "turbo-bkb-g0.1-path-noise1-sem": (
+        "turbo-bkb",
+        {
+            "region_fit": "periodic",
+            "refit_growth": 0.1,
+            "thompson": "pathwise",
+            "noise_tolerance": 1.0,
+        },
     ),
     "turbo-bkb-ard": ("turbo-bkb", {"one_hot_lengthscales": "per_column"}),
     "turbo-bkb-path": ("turbo-bkb", {"thompson": "pathwise"}),
@@ -363,7 +375,11 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "bbkb-gtol3": ("bbkb", {"gradient_tolerance": 3e-3}),
 }
 #: Methods whose observations go to Ax as ``(mean, sem)`` with the known noise sd.
-REPORTS_SEM = ("turbo-bkb-sem", "turbo-bkb-noise1-sem")
+REPORTS_SEM = (
+    "turbo-bkb-sem",
+    "turbo-bkb-noise1-sem",
+    "turbo-bkb-g0.1-path-noise1-sem",
+)
 KEY = ("problem", "method", "seed", "budget", "batch")
 PENDING = """```
 export PYTHONPATH=$PWD OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
