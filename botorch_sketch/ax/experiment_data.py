@@ -94,8 +94,10 @@ class _Prefix:
     Attributes:
         config: The data-loader configuration it was extracted with.
         metrics: The experiment's metric signatures then.
-        trials: ``(id(trial), status, completion time)`` of each trial, in
-            index order (the trial at position ``i`` has index ``i``).
+        trials: ``id(trial)`` of each trial, in index order (the trial at
+            position ``i`` has index ``i``).
+        completed: Their completion times.
+        statuses: Their indices by (settled) status.
         rows: The experiment data's rows of those trials (``full_df``).
         part: The extraction restricted to those trials, with the dtypes of the
             whole arm frame it was cut from.
@@ -103,7 +105,9 @@ class _Prefix:
 
     config: DataLoaderConfig
     metrics: tuple[str, ...]
-    trials: list[tuple[int, TrialStatus, Any]]
+    trials: list[int]
+    completed: list[Any]
+    statuses: dict[TrialStatus, set[int]]
     rows: pd.DataFrame
     part: _Part
 
@@ -189,13 +193,6 @@ def _extract(
     )
 
 
-def _signature(trial: Trial) -> tuple[int, TrialStatus, Any]:
-    r"""What a settled trial's extraction depends on besides its data rows (the
-    private status: ``status`` would first check a running trial's time-to-live,
-    which a settled trial does not have)."""
-    return id(trial), trial._status, trial._time_completed
-
-
 def _valid_prefix(
     experiment: Experiment,
     config: DataLoaderConfig,
@@ -215,7 +212,15 @@ def _valid_prefix(
         or prefix.metrics != _metric_signatures(experiment)
     ):
         return None
-    if [_signature(trial) for trial in trials[:count]] != prefix.trials:
+    held = trials[:count]
+    if [id(trial) for trial in held] != prefix.trials:
+        return None
+    if [trial.time_completed for trial in held] != prefix.completed:
+        return None
+    # Ax keeps the indices by status as statuses change: a held trial whose index
+    # is still in its status's set has that status.
+    now = experiment.trial_indices_by_status
+    if any(not indices <= now[status] for status, indices in prefix.statuses.items()):
         return None
     if not _rows_of(rows, count).equals(prefix.rows):
         return None
@@ -284,13 +289,18 @@ def _remember(
 ) -> None:
     r"""Keep the extraction of the leading settled trials for the next call
     (``prefix``: the still valid one it extends)."""
-    signatures = [] if prefix is None else list(prefix.trials)
-    for position in range(len(signatures), len(trials)):
+    ids = [] if prefix is None else list(prefix.trials)
+    completed = [] if prefix is None else list(prefix.completed)
+    statuses = {} if prefix is None else {s: set(i) for s, i in prefix.statuses.items()}
+    for position in range(len(ids), len(trials)):
         trial = trials[position]
-        if trial.index != position or trial.status not in SETTLED:
+        status = trial.status
+        if trial.index != position or status not in SETTLED:
             break
-        signatures.append(_signature(trial))
-    count = len(signatures)
+        ids.append(id(trial))
+        completed.append(trial.time_completed)
+        statuses.setdefault(status, set()).add(position)
+    count = len(ids)
     if count == 0:
         _forget(experiment)
         return
@@ -299,7 +309,9 @@ def _remember(
     remembered = _Prefix(
         config=config,
         metrics=_metric_signatures(experiment),
-        trials=signatures,
+        trials=ids,
+        completed=completed,
+        statuses=statuses,
         rows=_rows_of(rows, count).copy(),
         part=_Part(
             result=ExperimentData(
