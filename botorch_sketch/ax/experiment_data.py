@@ -146,7 +146,7 @@ def incremental_experiment_data(
         return ax_extract_experiment_data(experiment, data_loader_config, data)
     part = None
     if prefix is not None:
-        part = _extend(experiment, data_loader_config, data, trials, prefix)
+        part = _extend(experiment, data_loader_config, rows, trials, prefix)
     if part is None:
         prefix = None
         part = _extract(experiment, trials, data_loader_config, data)
@@ -230,18 +230,18 @@ def _valid_prefix(
 def _extend(
     experiment: Experiment,
     config: DataLoaderConfig,
-    data: Data,
+    rows: pd.DataFrame,
     trials: list[Trial],
     prefix: _Prefix,
 ) -> _Part | None:
-    r"""The prefix's extraction followed by that of the other trials; ``None``
-    where the two parts would not concatenate to Ax's answer."""
+    r"""The prefix's extraction followed by that of the other trials (``rows``:
+    the data's ``full_df``); ``None`` where the two parts would not concatenate
+    to Ax's answer."""
     head = prefix.part
     count = len(prefix.trials)
     rest = trials[count:]
     if not rest:
         return head
-    rows = data.full_df
     tail = _extract(
         experiment, rest, config, _tail_data(rows.loc[rows["trial_index"] >= count])
     )

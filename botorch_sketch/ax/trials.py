@@ -92,10 +92,7 @@ def new_adaptive_batch_trial(
         ``trial.mark_completed()``.
     """
     _check_size(max_batch_size)
-    with (
-        _expected_short_batches(),
-        fast_metric_availability(),
-    ):
+    with _expected_short_batches(), fast_metric_availability():
         run = generation_strategy.gen_single_trial(
             experiment=experiment, n=max_batch_size
         )
@@ -204,10 +201,7 @@ def gen_filled_batch(
                 **(options or {}),
                 "min_batch_size": n,
             }
-        with (
-            _expected_short_batches(),
-            fast_metric_availability(),
-        ):
+        with _expected_short_batches(), fast_metric_availability():
             (runs,) = strategy.gen(
                 experiment=experiment, n=n, fixed_features=fixed_features
             )

@@ -34,3 +34,8 @@ def test_our_adapters_extract_incrementally_on_axs_own_calls(monkeypatch, name):
     assert isinstance(adapter, SketchTorchAdapter)
     assert isinstance(adapter, TorchAdapter)
     assert ax_adapter_base.extract_experiment_data is AX_FUNCTION
+    # Ax's refit of an existing adapter (GeneratorSpec.fit) extracts through it too.
+    calls.clear()
+    adapter._process_and_transform_data(experiment=client._experiment)
+    assert calls
+    assert ax_adapter_base.extract_experiment_data is AX_FUNCTION
