@@ -74,6 +74,18 @@ def grow(client, size: int, rng: np.random.Generator, running: int) -> None:
         complete_trials(client, {i: {"f": float(rng.random())} for i in created})
 
 
+def complete_running(client, rng: np.random.Generator, below: int | None = None):
+    """Complete the running trials (only those with an index below ``below``)."""
+    from botorch_sketch.ax import complete_trials
+
+    pending = [
+        t.index
+        for t in client._experiment.trials.values()
+        if t.status.is_running and (below is None or t.index < below)
+    ]
+    complete_trials(client, {i: {"f": float(rng.random())} for i in pending})
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="500,1000,2000,5000,10000")
@@ -90,7 +102,6 @@ def main(argv: list[str] | None = None) -> int:
     from ax.core.data_utils import DataLoaderConfig, extract_experiment_data
     from ax.core.utils import extract_pending_observations
 
-    from botorch_sketch.ax import complete_trials
     from botorch_sketch.ax.experiment_data import incremental_experiment_data
     from botorch_sketch.ax.pending import fast_metric_availability
 
@@ -102,10 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             return extract_pending_observations(experiment)
 
     for size in (int(s) for s in args.sizes.split(",")):
-        # The trials left running at the last size are completed now.
-        pending = [t.index for t in experiment.trials.values() if t.status.is_running]
-        if pending:
-            complete_trials(client, {i: {"f": float(rng.random())} for i in pending})
+        complete_running(client, rng)  # those left running at the last size
         grow(client, size, rng, args.running)
         ax_s, ax_out = cpu_median(
             lambda: extract_pending_observations(experiment), args.repeats
@@ -122,12 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             # ``step`` more completed trials, as between two generation calls.
             grown += args.step
             grow(client, grown, rng, args.running)
-            pending = [
-                t.index
-                for t in experiment.trials.values()
-                if t.status.is_running and t.index < grown - args.running
-            ]
-            complete_trials(client, {i: {"f": float(rng.random())} for i in pending})
+            complete_running(client, rng, below=grown - args.running)
             _ = experiment.lookup_data().full_df  # the pending step builds it first
             seconds, got = cpu_median(
                 lambda: incremental_experiment_data(experiment, DataLoaderConfig()), 1
