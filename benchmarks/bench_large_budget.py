@@ -115,7 +115,8 @@ batches of ``--batch``):
 - ``turbo-bkb-path`` / ``turbo-bkb-path-a5000``: ``"turbo-bkb"`` with
   ``thompson="pathwise"`` (the Thompson samples by Matheron's rule on a
   random-feature prior path where the region model is exact), with the default
-  candidate count / 5,000 candidates.
+  candidate count / 5,000 candidates; ``turbo-bkb-path-ftol6`` also with
+  ``fit_tolerance=1e-6``.
 - ``turbo-bkb-joint``: ``"turbo-bkb"`` with ``thompson="joint"`` (the exact
   joint sample from the ``A x A`` factor at every size; the only sampler before
   commit 5304d2c). Since the default ``thompson="auto"`` samples pathwise above
@@ -247,6 +248,7 @@ METHODS = (
     "turbo-bkb-g0.1-path-noise1-sem",
     "turbo-bkb-ard",
     "turbo-bkb-path",
+    "turbo-bkb-path-ftol6",
     "turbo-bkb-path-a5000",
     "turbo-bkb-joint",
     "turbo-bkb-reopen",
@@ -305,6 +307,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "turbo-bkb-ard": ("turbo-bkb", {"one_hot_lengthscales": "per_column"}),
     "turbo-bkb-path": ("turbo-bkb", {"thompson": "pathwise"}),
+    "turbo-bkb-path-ftol6": (
+        "turbo-bkb",
+        {"thompson": "pathwise", "fit_tolerance": 1e-6},
+    ),
     "turbo-bkb-joint": ("turbo-bkb", {"thompson": "joint"}),
     "turbo-bkb-reopen": ("turbo-bkb", {"restart": "reopen"}),
     "turbo-bkb-reopen-g0.1": (
