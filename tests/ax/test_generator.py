@@ -135,12 +135,12 @@ print(json.dumps([t.arm.parameters for t in c._experiment.trials.values()]))
 
 
 def test_reloaded_run_continues_from_the_same_state(tmp_path):
+    # The reference is the saved client continued in this process (saving only
+    # reads the experiment): the run that was never interrupted.
     uninterrupted = client()
-    run(uninterrupted, N_INIT + 5)
-    interrupted = client()
-    run(interrupted, N_INIT + 2)
+    run(uninterrupted, N_INIT + 2)
     path = tmp_path / "experiment.json"
-    interrupted.save_to_json_file(str(path))
+    uninterrupted.save_to_json_file(str(path))
     result = subprocess.run(
         [sys.executable, "-c", CONTINUE, str(path), str(N_INIT + 5)],
         cwd=REPO_ROOT,
@@ -151,6 +151,7 @@ def test_reloaded_run_continues_from_the_same_state(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     arms = json.loads(result.stdout.strip().splitlines()[-1])
+    run(uninterrupted, N_INIT + 5)
     assert arms == [t.arm.parameters for t in uninterrupted._experiment.trials.values()]
 
 

@@ -57,14 +57,16 @@ def arms_of(client: Client) -> list[dict]:
 def test_save_load_in_new_process_continues_like_uninterrupted_run(tmp_path):
     """Every registered strategy, saved after 8 trials and continued to 12 in a
     fresh process (one process for all of them: importing Ax takes seconds),
-    proposes exactly the arms of the run that was never interrupted."""
+    proposes exactly the arms of the run that was never interrupted: the saved
+    client itself, continued in this process (saving only reads the experiment,
+    and its first 8 trials are the reference's)."""
     names = sorted(list_generation_strategies())
-    jobs = []
+    jobs, saved = [], {}
     for name in names:
-        interrupted = make_client(name, **fast(name))
-        run_trials(interrupted, "branin", total=8, json_exact=True)
+        saved[name] = make_client(name, **fast(name))
+        run_trials(saved[name], "branin", total=8, json_exact=True)
         path = tmp_path / f"{name}.json"
-        interrupted.save_to_json_file(str(path))
+        saved[name].save_to_json_file(str(path))
         jobs.append((name, str(path), sum(map(ord, name))))
     result = subprocess.run(
         [sys.executable, "-c", CONTINUE_SCRIPT, json.dumps(jobs), "12"],
@@ -79,7 +81,7 @@ def test_save_load_in_new_process_continues_like_uninterrupted_run(tmp_path):
     assert sorted(continued) == names
     differ = []
     for name in names:
-        uninterrupted = make_client(name, **fast(name))
+        uninterrupted = saved[name]
         run_trials(uninterrupted, "branin", total=12, json_exact=True)
         if continued[name]["strategy"] != uninterrupted._generation_strategy.name:
             differ.append(f"{name}: strategy {continued[name]['strategy']}")
