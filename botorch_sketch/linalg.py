@@ -755,6 +755,8 @@ def exact_log_marginal_likelihood(
         torch.linalg.LinAlgError: If ``K + N`` is not numerically positive definite.
     """
     noise = noise.expand(residual_y.shape)
+    if K.dim() == 2 and residual_y.dim() == 1:  # unbatched: nothing to broadcast
+        return _ExactLogMarginalLikelihood.apply(K, residual_y, noise)
     batch = torch.broadcast_shapes(K.shape[:-2], residual_y.shape[:-1])
     return _ExactLogMarginalLikelihood.apply(
         K.expand(*batch, *K.shape[-2:]),

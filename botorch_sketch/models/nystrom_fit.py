@@ -58,6 +58,7 @@ from botorch_sketch.models.budget import (
     device_refine_iterations,
 )
 from botorch_sketch.models.fit_options import DEVICE_SUBSET, NystromFitOptions
+from botorch_sketch.models.rbf_gram import training_gram
 from botorch_sketch.models.sketch_state import SketchState, hyperparameter_state
 
 logger = logging.getLogger(__name__)
@@ -155,10 +156,12 @@ def exact_loss(model: FittableSketch) -> Tensor:
     r"""Negative exact log marginal likelihood per point, ``batch_shape x (m)``.
 
     ``-log N(y | m(X), K + N) / n`` on the model's training data, ``O(n^3)``.
-    Priors are not included.
+    Priors are not included. ``K`` is formed by
+    :func:`~botorch_sketch.models.rbf_gram.training_gram` (RBF kernels: the
+    lengthscale gradient in closed form).
     """
     X = model.compute_inputs
-    K = model.covar_module(X).to_dense()
+    K = training_gram(model.covar_module, X)
     r = model.compute_targets - model.mean_module(X)
     try:
         ll = linalg.exact_log_marginal_likelihood(K, r, model.training_noise())
