@@ -48,6 +48,7 @@ from botorch.exceptions.errors import ModelFittingError
 from botorch.fit import _fit_fallback
 from gpytorch.likelihoods import Likelihood
 from gpytorch.mlls import ExactMarginalLogLikelihood, MarginalLogLikelihood
+from gpytorch.priors import LogNormalPrior, Prior
 from linear_operator.utils.errors import NotPSDError
 from torch import Tensor
 
@@ -78,6 +79,7 @@ __all__ = [
     "fit_nystrom_gp",
     "fit_subset_size",
     "hyperparameter_state",
+    "log_prior",
     "refine_iterations",
     "refit_due",
 ]
@@ -202,9 +204,32 @@ def custom_loss(model: FittableSketch) -> Tensor:
     # Priors per batch member, reduced over their trailing (event) dimensions
     # as ``ExactMarginalLogLikelihood`` does.
     for _, module, prior, closure, _ in model.named_priors():
-        term = prior.log_prob(closure(module))
+        term = log_prior(prior, closure(module))
         loss = loss - term.reshape(*term.shape[: loss.dim()], -1).sum(-1) / n
     return loss
+
+
+def log_prior(prior: Prior, value: Tensor) -> Tensor:
+    r"""``prior.log_prob(value)``; for gpytorch's ``LogNormalPrior`` (the prior of
+    BoTorch's default lengthscales and noise) in closed form,
+
+        log p(x) = -(log x - mu)^2 / (2 s^2) - log s - log(2 pi) / 2 - log x,
+
+    the density torch's ``LogNormal`` evaluates through a transformed
+    distribution at several times the cost (a tenth of a small model's fit).
+    Values outside the support (``x <= 0``) take ``prior.log_prob``, which
+    rejects them as before."""
+    if type(prior) is not LogNormalPrior:
+        return prior.log_prob(value)
+    x = prior.transform(value)
+    if not bool((x > 0).all()):
+        return prior.log_prob(value)
+    log_x = x.log()
+    z = (log_x - prior.loc) / prior.scale
+    return -0.5 * z.square() - prior.scale.log() - _HALF_LOG_2PI - log_x
+
+
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 class RefitDecision(NamedTuple):
