@@ -216,8 +216,8 @@ def log_prior(prior: Prior, value: Tensor) -> Tensor:
         log p(x) = -(log x - mu)^2 / (2 s^2) - log s - log(2 pi) / 2 - log x,
 
     the density torch's ``LogNormal`` evaluates through a transformed
-    distribution at several times the cost (a tenth of a small model's fit).
-    Values outside the support (``x <= 0``) take ``prior.log_prob``, which
+    distribution and its argument checks, at every likelihood evaluation of a
+    fit. Values outside the support (``x <= 0``) take ``prior.log_prob``, which
     rejects them as before."""
     if type(prior) is not LogNormalPrior:
         return prior.log_prob(value)

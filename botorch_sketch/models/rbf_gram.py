@@ -2,12 +2,13 @@ r"""The training Gram matrix of an RBF kernel, with its lengthscale gradient in
 closed form.
 
 A hyperparameter fit evaluates the marginal likelihood of the ``n`` training
-inputs some 50-100 times, and on the small data of a trust region (tens to
-hundreds of points) each evaluation's cost is overhead, not flops: gpytorch's
-lazy kernel and autograd through its squared distances take about twice the
-time of the Cholesky factor itself. For the kernels a :class:`NystromGP` fits by
-default (gpytorch's ``RBFKernel``, :class:`~botorch_sketch.models.kernels.
-GroupedRBFKernel`, either under a ``ScaleKernel``), :func:`training_gram` forms
+inputs many times, and on the small data of a trust region (tens to hundreds of
+points) each evaluation's cost is mostly per-operation overhead: gpytorch's lazy
+kernel and autograd through its squared distances, not the Cholesky factor. For
+the kernels a :class:`~botorch_sketch.models.NystromGP` fits by default
+(gpytorch's ``RBFKernel``,
+:class:`~botorch_sketch.models.kernels.GroupedRBFKernel`, either under a
+``ScaleKernel``), :func:`training_gram` forms
 
     K_ab = exp(-1/2 sum_j (x_aj - x_bj)^2 / l_j^2)            (n x n)
 
