@@ -924,6 +924,11 @@ def _plot(problem: str, groups: dict[tuple, dict[str, list[dict]]], out: Path):
     fig.savefig(out / f"large_budget_{problem}.png", dpi=90)
 
 
+def _shown(value: float) -> float:
+    """``value`` at the report's precision (4 significant digits)."""
+    return float(f"{value:.4g}")
+
+
 def _which_table(groups: dict[tuple, dict[str, list[dict]]]) -> str:
     lines = []
     for (problem, dim, budget, batch), group in sorted(groups.items()):
@@ -939,9 +944,11 @@ def _which_table(groups: dict[tuple, dict[str, list[dict]]]) -> str:
             stats.append((median, max(finals), method, cpu_median, len(runs)))
         if not stats:
             continue
-        stats.sort()
+        # Values equal at the shown precision (4 significant digits) are a tie,
+        # which the lower median CPU breaks.
+        stats.sort(key=lambda s: (_shown(s[0]), _shown(s[1]), s[3]))
         best = stats[0]
-        safest = min(stats, key=lambda s: s[1])
+        safest = min(stats, key=lambda s: (_shown(s[1]), s[3]))
         every = [
             f"{m}: {med:.4g} / {worst:.4g} / {c:.0f} s ({n} seeds)"
             for med, worst, m, c, n in stats
@@ -1022,7 +1029,8 @@ def report(out: Path) -> None:
         "Per problem, budget and batch: the method with the best median final value "
         "(with its worst seed), the method whose worst seed is best, and every "
         "method's median, worst seed and median CPU seconds, best median first "
-        "(capped runs listed, not ranked). Read the worst seed next to the median: "
+        "(capped runs listed, not ranked; values equal at the shown precision go to "
+        "the lower median CPU). Read the worst seed next to the median: "
         "with few seeds one run in a second basin changes the choice.",
         _which_table(groups),
     ]
