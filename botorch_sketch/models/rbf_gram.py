@@ -94,23 +94,23 @@ class _RBFGram(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, X: Tensor, lengthscale: Tensor) -> Tensor:
-        Z = _centred(X) / lengthscale
+        Xc = _centred(X)
+        Z = Xc / lengthscale
         norms = Z.pow(2).sum(-1)
         sq = (norms.unsqueeze(-1) + norms.unsqueeze(-2)).addmm_(Z, Z.mT, alpha=-2.0)
         sq.clamp_min_(0.0).diagonal().zero_()
         K = sq.mul_(-0.5).exp_()
-        ctx.save_for_backward(X, lengthscale, K)
+        ctx.save_for_backward(Xc, lengthscale, K)
         return K
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor | None]:
-        X, lengthscale, K = ctx.saved_tensors
+        Xc, lengthscale, K = ctx.saved_tensors
         if ctx.needs_input_grad[0]:
             raise RuntimeError("rbf_gram is not differentiable in X.")
         if not ctx.needs_input_grad[1]:
             return None, None
         M = grad * K
-        Xc = _centred(X)
         squares = Xc.pow(2)
         weighted = (M.sum(-1) + M.sum(-2)) @ squares - 2.0 * (Xc * (M @ Xc)).sum(-2)
         return None, weighted / lengthscale.pow(3)
