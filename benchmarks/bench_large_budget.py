@@ -761,6 +761,7 @@ def run_one(
         "load_start": load0,
         "load_end": os.getloadavg()[0],
         "commit": harness.git_head(),
+        "cpu": harness.cpu_model(),
         "best_curve": ";".join(f"{v:.6g}" for v in best),
         "cpu_curve": ";".join(f"{n}:{s:.3f}" for n, s in out.cpu_after_batch),
     }
