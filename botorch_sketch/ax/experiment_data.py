@@ -22,13 +22,16 @@ difference falls back to Ax's function on the whole experiment:
 - the same experiment object, data-loader configuration and metrics;
 - the prefix's trials are the same objects with the same status and completion
   time, at the same indices;
-- the experiment's data rows of the prefix's trials are unchanged;
+- the experiment's data rows of the prefix's trials are the same ``DataRow``
+  objects (:mod:`~botorch_sketch.ax.data_rows`: read without building Ax's data
+  frame of every row);
 - no ``step`` values (learning-curve data normalises steps across trials);
 - only one-arm ``Trial`` s with Ax's default arm names (``"<trial>_<arm>"``),
   so that the concatenation is in Ax's sort order;
 - both parts have the same columns, dtypes and index levels.
 
-Below :data:`MIN_TRIALS` trials it is Ax's function (as fast there).
+Below :data:`MIN_TRIALS` trials, or where Ax keeps no row list, it is Ax's
+function.
 
 :func:`fast_experiment_data` installs it in place of Ax's function for the
 adapter (``ax.adapter.base``) inside a ``with`` block; the package's adapter,
@@ -38,6 +41,7 @@ data inside one.
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 import weakref
@@ -49,7 +53,7 @@ from typing import Any
 import ax.adapter.base as ax_adapter_base
 import pandas as pd
 from ax.core.base_trial import TrialStatus
-from ax.core.data import MAP_KEY, Data
+from ax.core.data import Data, DataRow
 from ax.core.data_utils import (
     DataLoaderConfig,
     ExperimentData,
@@ -60,6 +64,7 @@ from ax.core.data_utils import extract_experiment_data as ax_extract_experiment_
 from ax.core.experiment import Experiment
 from ax.core.trial import Trial
 
+from botorch_sketch.ax.data_rows import data_rows, rows_before, same_rows
 from botorch_sketch.ax.swap import ModuleSwap
 
 __all__ = ["fast_experiment_data", "incremental_experiment_data"]
@@ -98,7 +103,7 @@ class _Prefix:
             position ``i`` has index ``i``).
         completed: Their completion times.
         statuses: Their indices by (settled) status.
-        rows: The experiment data's rows of those trials (``full_df``).
+        rows: The experiment data's ``DataRow`` objects of those trials.
         part: The extraction restricted to those trials, with the dtypes of the
             whole arm frame it was cut from.
     """
@@ -108,7 +113,7 @@ class _Prefix:
     trials: list[int]
     completed: list[Any]
     statuses: dict[TrialStatus, set[int]]
-    rows: pd.DataFrame
+    rows: list[Any]
     part: _Part
 
 
@@ -136,17 +141,18 @@ def incremental_experiment_data(
     """
     data = data or experiment.lookup_data()
     trials = list(experiment.trials.values())
-    if len(trials) < MIN_TRIALS:
+    rows = data_rows(data)
+    if len(trials) < MIN_TRIALS or rows is None:
         return ax_extract_experiment_data(experiment, data_loader_config, data)
-    rows = data.full_df
     prefix = _valid_prefix(experiment, data_loader_config, trials, rows)
     held = 0 if prefix is None else len(prefix.trials)
-    if not _eligible(trials[held:], rows, held):
+    tail = [row for row in rows if row.trial_index >= held]
+    if not _eligible(trials[held:], tail):
         _forget(experiment)
         return ax_extract_experiment_data(experiment, data_loader_config, data)
     part = None
     if prefix is not None:
-        part = _extend(experiment, data_loader_config, rows, trials, prefix)
+        part = _extend(experiment, data_loader_config, tail, trials, prefix)
     if part is None:
         prefix = None
         part = _extract(experiment, trials, data_loader_config, data)
@@ -161,16 +167,17 @@ def fast_experiment_data() -> AbstractContextManager[None]:
     return _SWAP()
 
 
-def _eligible(trials: list[Any], rows: pd.DataFrame, held: int) -> bool:
-    r"""No step values; the trials after the ``held`` first are one-arm
-    ``Trial`` s, and their rows have default arm names (the held trials were
-    checked when they were remembered, and their rows are unchanged)."""
-    if MAP_KEY in rows.columns and rows[MAP_KEY].notna().any():
-        return False
+def _eligible(trials: list[Any], rows: list[Any]) -> bool:
+    r"""``trials`` (those after the held prefix) are one-arm ``Trial`` s, and
+    their ``rows`` have no step values and default arm names (the held trials'
+    rows were checked when they were remembered and are the same objects)."""
     if any(type(trial) is not Trial for trial in trials):
         return False
-    names = rows.loc[rows["trial_index"] >= held, "arm_name"].unique()
-    return all(_DEFAULT_ARM_NAME.match(name) for name in names)
+    return all(
+        (row.step is None or math.isnan(row.step))
+        and _DEFAULT_ARM_NAME.match(row.arm_name)
+        for row in rows
+    )
 
 
 def _extract(
@@ -197,7 +204,7 @@ def _valid_prefix(
     experiment: Experiment,
     config: DataLoaderConfig,
     trials: list[Trial],
-    rows: pd.DataFrame,
+    rows: list[Any],
 ) -> _Prefix | None:
     r"""The remembered prefix, if it still describes the experiment."""
     with _LOCK:
@@ -222,7 +229,7 @@ def _valid_prefix(
     now = experiment.trial_indices_by_status
     if any(not indices <= now[status] for status, indices in prefix.statuses.items()):
         return None
-    if not _rows_of(rows, count).equals(prefix.rows):
+    if not same_rows(rows_before(rows, count), prefix.rows):
         return None
     return prefix
 
@@ -230,21 +237,19 @@ def _valid_prefix(
 def _extend(
     experiment: Experiment,
     config: DataLoaderConfig,
-    rows: pd.DataFrame,
+    rows: list[Any],
     trials: list[Trial],
     prefix: _Prefix,
 ) -> _Part | None:
     r"""The prefix's extraction followed by that of the other trials (``rows``:
-    the data's ``full_df``); ``None`` where the two parts would not concatenate
-    to Ax's answer."""
+    the data's rows of those); ``None`` where the two parts would not
+    concatenate to Ax's answer."""
     head = prefix.part
     count = len(prefix.trials)
     rest = trials[count:]
     if not rest:
         return head
-    tail = _extract(
-        experiment, rest, config, _tail_data(rows.loc[rows["trial_index"] >= count])
-    )
+    tail = _extract(experiment, rest, config, _tail_data(rows))
     if not tail.arm_dtypes.equals(head.arm_dtypes):
         return None  # the whole arm frame would infer other dtypes
     if tail.result.observation_data.empty:
@@ -265,25 +270,37 @@ def _extend(
     )
 
 
-def _tail_data(rows: pd.DataFrame) -> Data:
-    r"""``rows`` as ``Data``, without their (all-NaN) step column where Ax's
-    ``Data.latest`` would keep every row and order nothing that matters: one row
-    per (trial, arm, metric) and no metadata columns. Ax's extraction drops an
-    all-NaN step column after ``latest``, which costs two more data frames."""
-    if (
-        MAP_KEY in rows.columns
-        and set(rows.columns) == Data.REQUIRED_COLUMNS | {MAP_KEY}
-        and not rows.duplicated(subset=Data.DEDUPLICATE_BY_COLUMNS).any()
-    ):
-        rows = rows.drop(columns=[MAP_KEY])
-    return Data(df=rows.reset_index(drop=True))
+def _tail_data(rows: list[Any]) -> Data:
+    r"""``rows`` (without step values) as ``Data``; without their step column
+    where Ax's ``Data.latest`` would keep every row and order nothing that
+    matters: one row per (trial, arm, metric) and no metadata (times, ``n``).
+    Ax's extraction drops an all-NaN step column after ``latest``, which costs
+    two more data frames."""
+    keys = {(row.trial_index, row.arm_name, row.metric_name) for row in rows}
+    plain = all(
+        row.start_time is None and row.end_time is None and row.n is None
+        for row in rows
+    )
+    if plain and len(keys) == len(rows):
+        rows = [
+            DataRow(
+                trial_index=row.trial_index,
+                arm_name=row.arm_name,
+                metric_name=row.metric_name,
+                metric_signature=row.metric_signature,
+                mean=row.mean,
+                se=row.se,
+            )
+            for row in rows
+        ]
+    return Data(data_rows=rows)
 
 
 def _remember(
     experiment: Experiment,
     config: DataLoaderConfig,
     trials: list[Trial],
-    rows: pd.DataFrame,
+    rows: list[Any],
     part: _Part,
     prefix: _Prefix | None,
 ) -> None:
@@ -312,7 +329,7 @@ def _remember(
         trials=ids,
         completed=completed,
         statuses=statuses,
-        rows=_rows_of(rows, count).copy(),
+        rows=rows_before(rows, count),
         part=_Part(
             result=ExperimentData(
                 arm_data=arms.loc[_trial_level(arms) < count].copy(),
@@ -324,10 +341,6 @@ def _remember(
         ),
     )
     _hold(experiment, remembered)
-
-
-def _rows_of(rows: pd.DataFrame, count: int) -> pd.DataFrame:
-    return rows.loc[rows["trial_index"] < count].reset_index(drop=True)
 
 
 def _trial_level(frame: pd.DataFrame) -> Any:

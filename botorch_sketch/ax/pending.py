@@ -10,9 +10,10 @@ time pays ``O(N^2 / b)`` for it (Hartmann6, 2,000 evaluations in batches of 8:
 a tenth of the run's CPU; ``benchmarks/results/``).
 
 :func:`metric_availability` returns the same ``{trial_index:
-MetricAvailability}`` from one ``drop_duplicates`` over the (trial, metric)
-columns of the same data, and :func:`fast_metric_availability` puts it in
-place of Ax's function for the duration of a ``with`` block (the package's own
+MetricAvailability}`` from one pass over the same data's rows (without the data
+frame Ax would build of them, :mod:`~botorch_sketch.ax.data_rows`), and
+:func:`fast_metric_availability` puts it in place of Ax's function for the
+duration of a ``with`` block (the package's own
 generation calls: :func:`~botorch_sketch.ax.get_next_batch`,
 :func:`~botorch_sketch.ax.new_adaptive_batch_trial`,
 :func:`~botorch_sketch.ax.trials.gen_filled_batch`). Same inputs, same result
@@ -31,6 +32,7 @@ from ax.core.experiment import Experiment
 from ax.core.optimization_config import OptimizationConfig
 from ax.core.utils import MetricAvailability
 
+from botorch_sketch.ax.data_rows import data_rows
 from botorch_sketch.ax.swap import ModuleSwap
 
 __all__ = ["fast_metric_availability", "metric_availability"]
@@ -75,11 +77,15 @@ def metric_availability(
     if not required:
         return dict.fromkeys(indices, MetricAvailability.COMPLETE)
     observed: dict[int, set[str]] = {}
-    # All of the experiment's data: its data frame is cached on the experiment's
-    # ``Data`` and is the one the adapter extracts from next, where a subset of
-    # trials would build a second frame of every row at each call.
     data = experiment.lookup_data()
-    if data.metric_names:
+    rows = data_rows(data)
+    if rows is not None:
+        # The rows themselves: ``full_df`` would build a frame of every row.
+        wanted = set(indices)
+        for row in rows:
+            if row.trial_index in wanted:
+                observed.setdefault(int(row.trial_index), set()).add(row.metric_name)
+    elif data.metric_names:
         frame = data.full_df
         frame = frame.loc[frame["trial_index"].isin(indices)]
         pairs = frame[["trial_index", "metric_name"]].drop_duplicates()

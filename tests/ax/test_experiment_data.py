@@ -303,3 +303,24 @@ def test_get_next_batch_gives_the_same_batch_as_with_axs_extraction(monkeypatch)
     monkeypatch.setattr(module, "incremental_experiment_data", AX_FUNCTION)
     theirs = run(make_client("turbo-bkb", **options))
     assert ours == theirs
+
+
+def test_reuse_builds_no_data_frame_of_every_row():
+    client = new_client()
+    experiment = client._experiment
+    add_trials(client, 20, leave_running=False)
+    incremental_experiment_data(experiment, DEFAULT)  # first call: everything
+    add_trials(client, 9, leave_running=False)
+    data = experiment.lookup_data()
+    got = incremental_experiment_data(experiment, DEFAULT)
+    assert "full_df" not in data.__dict__  # only the new trials' rows were framed
+    assert held(experiment) == 29
+    assert got == extract_experiment_data(experiment, DEFAULT)
+
+
+def test_without_a_row_list_it_is_axs_function(monkeypatch, seen):
+    monkeypatch.setattr(module, "data_rows", lambda data: None)
+    client = new_client()
+    add_trials(client, 20, leave_running=False)
+    assert_same(client._experiment)
+    assert seen == [] and held(client._experiment) == 0

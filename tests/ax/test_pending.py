@@ -161,3 +161,19 @@ def test_get_next_batch_uses_it(monkeypatch):
     get_next_batch(client, max_batch_size=4)
     assert calls
     assert ax_core_utils.compute_metric_availability is AX_FUNCTION
+
+
+def test_reads_rows_without_building_the_data_frame(experiment):
+    data = experiment.lookup_data()
+    data.__dict__.pop("full_df", None)  # Ax's cached frame, if built before
+    ours = metric_availability(experiment)
+    assert "full_df" not in data.__dict__
+    assert ours == compute_metric_availability(experiment)
+
+
+def test_without_a_row_list_it_reads_the_data_frame(experiment, monkeypatch):
+    monkeypatch.setattr(pending_module, "data_rows", lambda data: None)
+    for kwargs in ({}, {"trial_indices": [0, 1, 2, 6]}, {"metric_names": {"t"}}):
+        assert metric_availability(experiment, **kwargs) == (
+            compute_metric_availability(experiment, **kwargs)
+        )
