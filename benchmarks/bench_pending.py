@@ -12,9 +12,10 @@ and at each size in ``--sizes`` times, in CPU seconds (median of ``--repeats``,
 one thread): Ax's ``extract_pending_observations``, the same with the one-pass
 availability (and checks that both return the same pending points), and Ax's
 ``extract_experiment_data`` (the data extraction every ``Adapter`` makes next)
-against :func:`botorch_sketch.ax.experiment_data.incremental_experiment_data`
-as a run calls it: after ``--step`` more trials have completed since its last
-call (checked equal to Ax's answer at every call). Writes
+against :func:`botorch_sketch.ax.experiment_data.incremental_experiment_data`,
+each timed as a run meets it: after ``--step`` more trials have completed
+since the previous call (a new ``Data`` whose frame is not built yet; checked
+equal to Ax's answer at every call). Writes
 ``results/pending.csv`` and ``results/pending.md``.
 
 Usage::
@@ -112,32 +113,40 @@ def main(argv: list[str] | None = None) -> int:
         with fast_metric_availability():
             return extract_pending_observations(experiment)
 
+    config = DataLoaderConfig()
     for size in (int(s) for s in args.sizes.split(",")):
         complete_running(client, rng)  # those left running at the last size
         grow(client, size, rng, args.running)
-        ax_s, ax_out = cpu_median(
-            lambda: extract_pending_observations(experiment), args.repeats
-        )
-        ours_s, ours_out = cpu_median(fast_pending, args.repeats)
-        data_s, _ = cpu_median(
-            lambda: extract_experiment_data(experiment, DataLoaderConfig()),
-            args.repeats,
-        )
-        incremental_s, same_data = [], True
-        incremental_experiment_data(experiment, DataLoaderConfig())  # as before
-        grown = size
-        for _ in range(args.repeats):
-            # ``step`` more completed trials, as between two generation calls.
+        incremental_experiment_data(experiment, config)  # as at an earlier call
+        grown, times, same_pending, same_data = size, [], True, True
+
+        def step() -> None:
+            # ``step`` more completed trials, as between two generation calls:
+            # the experiment's ``Data`` is a new object whose frame is not built.
+            nonlocal grown
             grown += args.step
             grow(client, grown, rng, args.running)
             complete_running(client, rng, below=grown - args.running)
-            _ = experiment.lookup_data().full_df  # the pending step builds it first
-            seconds, got = cpu_median(
-                lambda: incremental_experiment_data(experiment, DataLoaderConfig()), 1
+
+        for _ in range(args.repeats):
+            step()
+            ax_s, _ = cpu_median(lambda: extract_pending_observations(experiment), 1)
+            data_s, ax_data = cpu_median(
+                lambda: extract_experiment_data(experiment, config), 1
             )
-            incremental_s.append(seconds)
-            same_data &= got == extract_experiment_data(experiment, DataLoaderConfig())
-        same = same and ax_out == ours_out and same_data
+            incremental_experiment_data(experiment, config)  # keeps its prefix
+            step()
+            ours_s, ours_out = cpu_median(fast_pending, 1)
+            incremental_s, got = cpu_median(
+                lambda: incremental_experiment_data(experiment, config), 1
+            )
+            times.append((ax_s, ours_s, data_s, incremental_s))
+            same_pending &= ours_out == extract_pending_observations(experiment)
+            same_data &= got == extract_experiment_data(experiment, config)
+        ax_s, ours_s, data_s, incremental_s = (
+            statistics.median(column) for column in zip(*times, strict=True)
+        )
+        same = same and same_pending and same_data
         rows.append(
             {
                 "trials": size,
@@ -146,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
                 "pending_one_pass_cpu_s": round(ours_s, 4),
                 "speedup": round(ax_s / max(ours_s, 1e-9), 1),
                 "extract_ax_cpu_s": round(data_s, 4),
-                "extract_incremental_cpu_s": round(statistics.median(incremental_s), 4),
-                "same_pending": ax_out == ours_out,
+                "extract_incremental_cpu_s": round(incremental_s, 4),
+                "same_pending": same_pending,
                 "same_data": same_data,
                 "commit": harness.git_head(),
             }
@@ -155,16 +164,20 @@ def main(argv: list[str] | None = None) -> int:
         logger.info("%s", rows[-1])
     intro = (
         "CPU seconds (median of "
-        f"{args.repeats}, one torch thread) of Ax's `extract_pending_observations` "
-        "on an experiment of one-arm trials (all completed but the last "
-        f"{args.running}), with Ax's `compute_metric_availability` and with the "
-        "one-pass `botorch_sketch.ax.pending.metric_availability`; "
-        "`same_pending`: both return the same pending points. "
-        "`extract_ax`: Ax's `extract_experiment_data`, the data extraction of "
-        "every `Adapter`; `extract_incremental`: "
-        "`botorch_sketch.ax.experiment_data.incremental_experiment_data` called "
-        f"after {args.step} more trials completed since its previous call (median "
-        f"of {args.repeats} such calls); `same_data`: equal to Ax's at every call."
+        f"{args.repeats} calls, one torch thread), each call made as a generation "
+        f"call meets the experiment: after {args.step} more trials completed (so "
+        "the experiment's `Data` is a new object whose data frame is not built "
+        "yet), on an experiment of one-arm trials (all completed but the last "
+        f"{args.running}). `pending`: Ax's `extract_pending_observations` with "
+        "Ax's `compute_metric_availability` and with the one-pass "
+        "`botorch_sketch.ax.pending.metric_availability`; `same_pending`: both "
+        "return the same pending points. `extract_ax`: Ax's "
+        "`extract_experiment_data`, the data extraction of every `Adapter`; "
+        "`extract_incremental`: "
+        "`botorch_sketch.ax.experiment_data.incremental_experiment_data`, "
+        "called after the pending points as in a generation call (both read the "
+        "`Data`'s rows without building its frame); `same_data`: equal to Ax's "
+        "at every call."
     )
     harness.write_table(
         args.out,
