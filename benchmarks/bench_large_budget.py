@@ -1002,7 +1002,10 @@ def report(out: Path) -> None:
         "different days are not comparable: TuRBO-1 (the same code) took "
         "148-161 s on Ackley60 in the runs of 2026-11-27 and 254-308 s in those "
         "of 2026-11-28 from 12:00 UTC (`_s11` files), which compare with each "
-        "other only.",
+        "other only; the machines differed too (an AMD EPYC in session 26, an "
+        "Intel Xeon about twice as fast on these runs in session 27, whose rows "
+        "name their CPU in the column `cpu`): compare a method with TuRBO-1 run "
+        "in the same session, seed by seed.",
     ]
     for g in sorted(groups):
         problem, dim, budget, batch = g
