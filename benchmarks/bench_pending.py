@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeats):
             step()
             ax_s, _ = cpu_median(lambda: extract_pending_observations(experiment), 1)
-            data_s, ax_data = cpu_median(
+            data_s, _ = cpu_median(
                 lambda: extract_experiment_data(experiment, config), 1
             )
             incremental_experiment_data(experiment, config)  # keeps its prefix
