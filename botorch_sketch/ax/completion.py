@@ -7,7 +7,8 @@ batch of ``q`` trials one call at a time is ``O(q n)``, and a run of ``N``
 evaluations pays ``O(N^2)`` in total: on one CPU thread about 35 s over 3,000
 trials and several minutes over 10,000, more than the sketched model's own cost
 at those budgets. :func:`complete_trials` validates every result first, then
-attaches all of them as one ``Data`` (one merge) and marks the trials completed.
+attaches all of them as one ``Data`` (one merge, or none where the trials had no
+rows yet: :func:`attach_new_rows`) and marks the trials completed.
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ from typing import Any
 from ax.api.client import Client
 from ax.core.base_trial import TrialStatus
 from ax.core.data import Data
+from ax.core.experiment import Experiment
 from ax.core.trial import Trial
 
-__all__ = ["complete_trials"]
+from botorch_sketch.ax.data_rows import data_rows
+
+__all__ = ["attach_new_rows", "complete_trials"]
 
 #: Trial statuses :func:`complete_trials` accepts (``mark_completed`` refuses others).
 COMPLETABLE = (TrialStatus.RUNNING, TrialStatus.COMPLETED)
@@ -80,13 +84,47 @@ def complete_trials(
             for trial in trials
         ]
     )
-    experiment.attach_data(data)
+    attach_new_rows(experiment, data)
     for trial in trials:
         trial.mark_completed()
     client._save_or_update_trials_in_db_if_possible(
         experiment=experiment, trials=trials
     )
     return {trial.index: trial.status for trial in trials}
+
+
+def attach_new_rows(experiment: Experiment, data: Data) -> None:
+    r"""``experiment.attach_data(data)``, without Ax's merge of every row where
+    none of ``data``'s trials has a row yet.
+
+    Ax's ``attach_data`` rebuilds the row list through a dictionary keyed by
+    ``(trial, metric, arm, step)`` so that a new row replaces an old one with
+    its key: ``O(n)`` Python for ``n`` rows (about 7 ms at 3,000 rows on one
+    CPU thread, at every completion). Where no row of the experiment belongs to
+    one of ``data``'s trials, and ``data``'s keys are distinct, no key can
+    repeat (an experiment's rows have distinct keys, the invariant Ax's
+    ``Data`` documents and its merge keeps), so the merge is the concatenation
+    of the two row lists in that order, which is what this attaches; only the
+    trial indices are scanned. Otherwise, or where this Ax keeps no row list
+    (:func:`~botorch_sketch.ax.data_rows.data_rows`), it is Ax's
+    ``attach_data``.
+    """
+    old, new = data_rows(experiment.data), data_rows(data)
+    if old is None or new is None or not new:
+        experiment.attach_data(data)
+        return
+    trials = {row.trial_index for row in new}
+    keys = {(row.trial_index, row.metric_name, row.arm_name) for row in new}
+    steps_plain = all(row.step is None or math.isnan(row.step) for row in new)
+    if (
+        len(keys) != len(new)
+        or not steps_plain
+        or not trials <= set(experiment.trials)
+        or any(row.trial_index in trials for row in old)
+    ):
+        experiment.attach_data(data)
+        return
+    experiment.data = Data(data_rows=[*old, *new])
 
 
 def _completable_trial(experiment: Any, index: Any) -> Trial:

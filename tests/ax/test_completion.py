@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 
+import ax.core.experiment as ax_experiment
 import pytest
 from ax.core.base_trial import TrialStatus
+from ax.core.data import combine_data_rows_favoring_recent
 
 from botorch_sketch.ax import complete_trials, get_next_batch
+from botorch_sketch.ax.data_rows import data_rows, same_rows
 from tests.ax.helpers import evaluate, make_client
 
 
@@ -95,3 +98,50 @@ def test_failed_trials_cannot_be_completed():
     assert client._experiment.trials[running].status == TrialStatus.RUNNING
     assert client._experiment.lookup_data().df.empty
     assert complete_trials(client, {}) == {}
+
+
+def _merge_spy(monkeypatch) -> list[int]:
+    r"""Count Ax's row merges (``attach_data``'s ``O(n)`` dictionary pass)."""
+    calls: list[int] = []
+    original = ax_experiment.combine_data_rows_favoring_recent
+
+    def spy(last_rows, new_rows):
+        calls.append(1)
+        return original(last_rows=last_rows, new_rows=new_rows)
+
+    monkeypatch.setattr(ax_experiment, "combine_data_rows_favoring_recent", spy)
+    return calls
+
+
+def test_new_trials_rows_are_appended_without_axs_merge(monkeypatch):
+    client = make_client("bbkb")
+    batch = client.get_next_trials(max_trials=4)
+    first, *rest = sorted(batch)
+    complete_trials(client, {first: {"branin": 1.0}})
+    experiment = client._experiment
+    old = list(data_rows(experiment.data))
+    calls = _merge_spy(monkeypatch)
+    complete_trials(client, {i: {"branin": float(i), "cost": 2.0} for i in rest})
+    assert calls == []
+    rows = data_rows(experiment.data)
+    new = rows[len(old) :]
+    # Ax's merge of the same rows: the same objects in the same order.
+    assert same_rows(rows, combine_data_rows_favoring_recent(old, new))
+    assert len(rows) == len(old) + 2 * len(rest)
+    df = experiment.lookup_data().df.set_index(["trial_index", "metric_name"])
+    assert df.loc[(rest[0], "branin"), "mean"] == float(rest[0])
+
+
+def test_a_trial_with_rows_goes_through_axs_merge(monkeypatch):
+    r"""Completing an already completed trial again replaces its row (Ax's
+    merge), and a trial with partial data keeps its other metric."""
+    client = make_client("bbkb")
+    batch = client.get_next_trials(max_trials=2)
+    first, second = sorted(batch)
+    complete_trials(client, {first: {"branin": 1.0}, second: {"branin": 2.0}})
+    calls = _merge_spy(monkeypatch)
+    complete_trials(client, {first: {"branin": 5.0}})
+    assert calls == [1]
+    df = client._experiment.lookup_data().df
+    assert len(df) == 2
+    assert df.set_index("trial_index").loc[first, "mean"] == 5.0

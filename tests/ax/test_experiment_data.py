@@ -81,7 +81,19 @@ def assert_same(experiment, config: DataLoaderConfig = DEFAULT) -> None:
     pd.testing.assert_frame_equal(
         got.observation_data, want.observation_data, check_exact=True
     )
+    for frame in ("arm_data", "observation_data"):
+        for axis in ("index", "columns"):
+            got_axis = getattr(getattr(got, frame), axis)
+            want_axis = getattr(getattr(want, frame), axis)
+            assert level_dtypes(got_axis) == level_dtypes(want_axis)
     assert got == want
+
+
+def level_dtypes(index: pd.Index) -> list:
+    r"""The dtypes of an index's levels (Ax's frames keep strings as objects)."""
+    if isinstance(index, pd.MultiIndex):
+        return [level.dtype for level in index.levels]
+    return [index.dtype]
 
 
 @pytest.fixture
@@ -117,6 +129,49 @@ def test_growing_experiment_reuses_the_settled_prefix(seen):
         assert_same(experiment)
         assert seen == [list(range(start, start + 9))]  # only the new trials
         assert held(experiment) == start + 9
+
+
+def test_new_trials_observations_are_built_from_their_rows(monkeypatch):
+    r"""The new trials' observation frame comes from their rows, not Ax's
+    frame and pivot, and the answer is still Ax's (every outcome kind)."""
+    client = new_client()
+    experiment = client._experiment
+    add_trials(client, 20)
+    assert_same(experiment)
+    calls = []
+    original = module._extract_observation_data
+
+    def spy(**kwargs):
+        calls.append(list(kwargs["experiment"].trials))
+        return original(**kwargs)
+
+    monkeypatch.setattr(module, "_extract_observation_data", spy)
+    for _ in range(3):
+        add_trials(client, 9)
+        assert_same(experiment)
+    assert calls == []
+
+
+def test_rows_with_times_or_repeats_use_axs_frame(monkeypatch):
+    r"""Rows the direct build does not cover fall back to Ax's extraction."""
+    client = new_client()
+    experiment = client._experiment
+    add_trials(client, 20, leave_running=False)
+    assert_same(experiment)
+    with_times(client)
+    assert (
+        module._observation_frame(
+            module._TrialsView(experiment, [experiment.trials[20]]),
+            DEFAULT,
+            [
+                r
+                for r in module.data_rows(experiment.lookup_data())
+                if r.trial_index == 20
+            ],
+        )
+        is None
+    )
+    assert_same(experiment)
 
 
 def test_running_trial_ends_the_prefix_until_it_settles(seen):
