@@ -74,17 +74,18 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _git(*args: str) -> str:
+def _git(*args: str, cwd: Path | str = REPO_ROOT) -> str:
     return subprocess.run(
-        ["git", *args], capture_output=True, text=True, check=False, cwd=REPO_ROOT
+        ["git", *args], capture_output=True, text=True, check=False, cwd=cwd
     ).stdout.strip()
 
 
-def git_head() -> str:
-    """Short commit of the repository, marked when the tracked files differ."""
+def git_head(root: Path | str = REPO_ROOT) -> str:
+    """Short commit of the repository at ``root`` (default: this one), marked
+    when the tracked files differ."""
     try:
-        head = _git("rev-parse", "--short", "HEAD")
-        dirty = _git("status", "--porcelain", "--untracked-files=no")
+        head = _git("rev-parse", "--short", "HEAD", cwd=root)
+        dirty = _git("status", "--porcelain", "--untracked-files=no", cwd=root)
     except OSError:
         return "?"
     return f"{head or '?'}{' (+ working tree)' if dirty else ''}"

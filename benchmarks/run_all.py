@@ -103,6 +103,7 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("benchmarks/bench_step_tolerance.py", ()),
     ("benchmarks/bench_completion.py", ()),
     ("benchmarks/bench_pending.py", ()),
+    ("benchmarks/bench_ax_call.py", ()),
     ("benchmarks/bench_turbo_bkb.py", ()),
     ("benchmarks/bench_stall.py", ()),
     ("benchmarks/bench_discrete_repeats.py", ()),
