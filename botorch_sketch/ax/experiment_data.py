@@ -25,13 +25,18 @@ difference falls back to Ax's function on the whole experiment:
 - the experiment's data rows of the prefix's trials are the same ``DataRow``
   objects (:mod:`~botorch_sketch.ax.data_rows`: read without building Ax's data
   frame of every row);
-- no ``step`` values (learning-curve data normalises steps across trials);
+- no ``step`` values, or one step value per metric (Ax's closed loop records
+  an ``IMetric``'s progression, 0 for a final value, on every row; learning-curve
+  data normalises steps across trials, so one new row can change them all);
 - only one-arm ``Trial`` s with Ax's default arm names (``"<trial>_<arm>"``),
   so that the concatenation is in Ax's sort order;
 - both parts have the same columns, dtypes and index levels.
 
 Below :data:`MIN_TRIALS` trials, or where Ax keeps no row list, it is Ax's
-function.
+function. The new trials' observations are framed from their rows where they
+are plain (no times or counts). A copy of the experiment that shares its
+generator runs (a background refill's snapshot) can take over its extraction
+(:func:`adopt_prefix`).
 
 :func:`fast_experiment_data` installs it in place of Ax's function for the
 adapter (``ax.adapter.base``) inside a ``with`` block; the package's adapter,
@@ -47,14 +52,14 @@ import threading
 import weakref
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import ax.adapter.base as ax_adapter_base
 import numpy as np
 import pandas as pd
 from ax.core.base_trial import TrialStatus
-from ax.core.data import Data, DataRow
+from ax.core.data import MAP_KEY, Data, DataRow
 from ax.core.data_utils import (
     DataLoaderConfig,
     ExperimentData,
@@ -69,7 +74,7 @@ from ax.core.trial import Trial
 from botorch_sketch.ax.data_rows import data_rows, rows_before, same_rows
 from botorch_sketch.ax.swap import ModuleSwap
 
-__all__ = ["fast_experiment_data", "incremental_experiment_data"]
+__all__ = ["adopt_prefix", "fast_experiment_data", "incremental_experiment_data"]
 
 #: Statuses after which Ax changes nothing about a trial's arm or data by itself.
 SETTLED = frozenset(
@@ -81,6 +86,8 @@ SETTLED = frozenset(
     }
 )
 _DEFAULT_ARM_NAME = re.compile(r"^\d+_\d+$")
+#: :func:`_metric_steps`' value for rows without a step.
+_NO_STEP = "no step"
 #: Fewer trials than this: Ax's function, which is then as fast as the reuse's fixed
 #: pandas cost on the new trials (``benchmarks/results/pending.md``).
 MIN_TRIALS = 250
@@ -103,6 +110,9 @@ class _Prefix:
         metrics: The experiment's metric signatures then.
         trials: ``id(trial)`` of each trial, in index order (the trial at
             position ``i`` has index ``i``).
+        runs: Each trial's generator runs (the objects), for
+            :func:`adopt_prefix`.
+        steps: Each metric's one step value in the rows (:func:`_metric_steps`).
         completed: Their completion times.
         statuses: Their indices by (settled) status.
         rows: The experiment data's ``DataRow`` objects of those trials.
@@ -113,6 +123,8 @@ class _Prefix:
     config: DataLoaderConfig
     metrics: tuple[str, ...]
     trials: list[int]
+    runs: list[tuple[Any, ...]]
+    steps: dict[str, Any]
     completed: list[Any]
     statuses: dict[TrialStatus, set[int]]
     rows: list[Any]
@@ -149,17 +161,57 @@ def incremental_experiment_data(
     prefix = _valid_prefix(experiment, data_loader_config, trials, rows)
     held = 0 if prefix is None else len(prefix.trials)
     tail = [row for row in rows if row.trial_index >= held]
-    if not _eligible(trials[held:], tail):
+    steps = _merged_steps({} if prefix is None else prefix.steps, _metric_steps(tail))
+    if steps is None or not _eligible(trials[held:], tail):
         _forget(experiment)
         return ax_extract_experiment_data(experiment, data_loader_config, data)
+    stepped = _stepped(steps)
     part = None
     if prefix is not None:
-        part = _extend(experiment, data_loader_config, tail, trials, prefix)
+        part = _extend(experiment, data_loader_config, tail, trials, prefix, stepped)
     if part is None:
         prefix = None
         part = _extract(experiment, trials, data_loader_config, data)
     _remember(experiment, data_loader_config, trials, rows, part, prefix)
     return part.result
+
+
+def adopt_prefix(source: Experiment, target: Experiment) -> bool:
+    r"""Let ``target``, a copy of ``source``, reuse the extraction remembered for
+    ``source``'s settled prefix (a background refill's snapshot of the
+    experiment, :meth:`~botorch_sketch.ax.ray.LookaheadOrchestrator._snapshot`,
+    taking over the previous snapshot's extraction instead of starting from
+    none).
+
+    The copy qualifies where its first trials are at the same indices, have the
+    same generator runs (the same objects: the snapshot shares them) and the
+    same completion times; their statuses, the data's rows, the metrics and the
+    loader configuration are checked at the next call as for any prefix
+    (:func:`incremental_experiment_data`). The remembered frames are shared,
+    never changed.
+
+    Args:
+        source: The experiment whose extraction is remembered.
+        target: Its copy.
+
+    Returns:
+        Whether ``target`` now holds the prefix (``False``: nothing to adopt, or
+        the trials differ; ``target`` then keeps what it held).
+    """
+    prefix = _held(source)
+    if prefix is None:
+        return False
+    count = len(prefix.trials)
+    trials = list(target.trials.values())[:count]
+    if len(trials) < count or any(t.index != i for i, t in enumerate(trials)):
+        return False
+    for trial, runs in zip(trials, prefix.runs, strict=True):
+        if not same_rows(trial.generator_runs, runs):  # the same objects
+            return False
+    if [trial.time_completed for trial in trials] != prefix.completed:
+        return False
+    _hold(target, replace(prefix, trials=[id(trial) for trial in trials]))
+    return True
 
 
 def fast_experiment_data() -> AbstractContextManager[None]:
@@ -171,15 +223,50 @@ def fast_experiment_data() -> AbstractContextManager[None]:
 
 def _eligible(trials: list[Any], rows: list[Any]) -> bool:
     r"""``trials`` (those after the held prefix) are one-arm ``Trial`` s, and
-    their ``rows`` have no step values and default arm names (the held trials'
-    rows were checked when they were remembered and are the same objects)."""
+    their ``rows`` have default arm names (the held trials' rows were checked
+    when they were remembered and are the same objects)."""
     if any(type(trial) is not Trial for trial in trials):
         return False
-    return all(
-        (row.step is None or math.isnan(row.step))
-        and _DEFAULT_ARM_NAME.match(row.arm_name)
-        for row in rows
-    )
+    return all(_DEFAULT_ARM_NAME.match(row.arm_name) for row in rows)
+
+
+def _metric_steps(rows: list[Any]) -> dict[str, Any] | None:
+    r"""Each metric's one step value in ``rows`` (:data:`_NO_STEP` for rows
+    without one), or ``None`` where a metric has several."""
+    steps: dict[str, Any] = {}
+    for row in rows:
+        step = _NO_STEP if row.step is None or math.isnan(row.step) else row.step
+        if steps.setdefault(row.metric_signature, step) != step:
+            return None
+    return steps
+
+
+def _merged_steps(
+    first: dict[str, Any] | None, second: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    r"""The step values of two row lists together (:func:`_metric_steps`), or
+    ``None`` where a metric's differ or some metrics have steps and others not.
+
+    Ax normalises each metric's steps to ``[0, 1]`` over the whole experiment
+    (a metric with one step value gets ``1.0``) and indexes the observations by
+    step where any row has one: learning-curve data can change every row's
+    index with one new row. The reuse covers what Ax's own loop produces: no
+    steps, or one step per metric (an ``IMetric``'s progression, 0 for a
+    final value: every row then at step ``1.0``)."""
+    if first is None or second is None:
+        return None
+    merged = dict(first)
+    for metric, step in second.items():
+        if merged.setdefault(metric, step) != step:
+            return None
+    if len({step == _NO_STEP for step in merged.values()}) > 1:
+        return None
+    return merged
+
+
+def _stepped(steps: dict[str, Any]) -> bool:
+    r"""Whether the observations are indexed by step (every metric has one)."""
+    return bool(steps) and all(step != _NO_STEP for step in steps.values())
 
 
 def _extract(
@@ -188,22 +275,29 @@ def _extract(
     config: DataLoaderConfig,
     data: Data,
     rows: list[Any] | None = None,
+    stepped: bool = False,
 ) -> _Part:
     r"""Ax's ``extract_experiment_data`` on ``trials`` (``data`` holds their rows),
     step by step, keeping the arm frame's dtypes before the row filter. Without
     step values the observations are indexed by ``(trial_index, arm_name)``.
-    With ``rows`` (``data``'s rows, plain: :func:`_observation_frame`) the
-    observation frame is built from them directly."""
+    With ``rows`` (``data``'s rows, plain: :func:`_observation_frame`; each
+    metric at one step where ``stepped``) the observation frame is built from
+    them directly."""
     view = _TrialsView(experiment, trials)
     arms = _extract_arm_data(experiment=view)
-    observations = None if rows is None else _observation_frame(view, config, rows)
+    observations = None
+    if rows is not None:
+        observations = _observation_frame(view, config, rows, stepped)
     if observations is None:
         observations = _extract_observation_data(
             experiment=view, data_loader_config=config, data=data
         )
+    index = observations.index
+    if index.nlevels > 2:  # (trial_index, arm_name, step): Ax keeps two levels
+        index = index.droplevel(list(range(2, index.nlevels)))
     return _Part(
         result=ExperimentData(
-            arm_data=arms.loc[arms.index.isin(observations.index)],
+            arm_data=arms.loc[arms.index.isin(index)],
             observation_data=observations,
         ),
         arm_dtypes=arms.dtypes,
@@ -217,11 +311,9 @@ def _valid_prefix(
     rows: list[Any],
 ) -> _Prefix | None:
     r"""The remembered prefix, if it still describes the experiment."""
-    with _LOCK:
-        entry = _PREFIXES.get(id(experiment))
-    if entry is None or entry[0]() is not experiment or entry[1] is None:
+    prefix = _held(experiment)
+    if prefix is None:
         return None
-    prefix = entry[1]
     count = len(prefix.trials)
     if (
         count > len(trials)
@@ -250,6 +342,7 @@ def _extend(
     rows: list[Any],
     trials: list[Trial],
     prefix: _Prefix,
+    stepped: bool = False,
 ) -> _Part | None:
     r"""The prefix's extraction followed by that of the other trials (``rows``:
     the data's rows of those); ``None`` where the two parts would not
@@ -259,7 +352,7 @@ def _extend(
     rest = trials[count:]
     if not rest:
         return head
-    tail = _extract(experiment, rest, config, _tail_data(rows), rows)
+    tail = _extract(experiment, rest, config, _tail_data(rows, stepped), rows, stepped)
     if not tail.arm_dtypes.equals(head.arm_dtypes):
         return None  # the whole arm frame would infer other dtypes
     if tail.result.observation_data.empty:
@@ -281,7 +374,7 @@ def _extend(
 
 
 def _observation_frame(
-    view: _TrialsView, config: DataLoaderConfig, rows: list[Any]
+    view: _TrialsView, config: DataLoaderConfig, rows: list[Any], stepped: bool
 ) -> pd.DataFrame | None:
     r"""Ax's ``_extract_observation_data`` of ``rows`` (the rows of the one-arm
     trials of ``view``, without step values), built from the rows instead of
@@ -331,13 +424,15 @@ def _observation_frame(
         dtype=np.float64,
     ).reshape(len(keys), 2 * len(signatures))
     # Ax builds its frames with pandas' string inference off: object levels.
-    index = pd.MultiIndex.from_arrays(
-        [
-            pd.Index([key[0] for key in keys], dtype=np.int64),
-            pd.Index([key[1] for key in keys], dtype=object),
-        ],
-        names=["trial_index", "arm_name"],
-    )
+    levels = [
+        pd.Index([key[0] for key in keys], dtype=np.int64),
+        pd.Index([key[1] for key in keys], dtype=object),
+    ]
+    names = ["trial_index", "arm_name"]
+    if stepped:  # one step per metric, normalised by Ax to 1.0
+        levels.append(pd.Index(np.ones(len(keys)), dtype=np.float64))
+        names.append(MAP_KEY)
+    index = pd.MultiIndex.from_arrays(levels, names=names)
     columns = pd.MultiIndex.from_arrays(
         [
             pd.Index(
@@ -350,12 +445,12 @@ def _observation_frame(
     return pd.DataFrame(values, index=index, columns=columns)
 
 
-def _tail_data(rows: list[Any]) -> Data:
-    r"""``rows`` (without step values) as ``Data``; without their step column
-    where Ax's ``Data.latest`` would keep every row and order nothing that
-    matters: one row per (trial, arm, metric) and no metadata (times, ``n``).
-    Ax's extraction drops an all-NaN step column after ``latest``, which costs
-    two more data frames."""
+def _tail_data(rows: list[Any], stepped: bool = False) -> Data:
+    r"""``rows`` as ``Data``; without their step column (unless ``stepped``:
+    each metric at one step) where Ax's ``Data.latest`` would keep every row
+    and order nothing that matters: one row per (trial, arm, metric) and no
+    metadata (times, ``n``). Ax's extraction drops an all-NaN step column after
+    ``latest``, which costs two more data frames."""
     keys = {(row.trial_index, row.arm_name, row.metric_name) for row in rows}
     plain = all(
         row.start_time is None and row.end_time is None and row.n is None
@@ -370,6 +465,7 @@ def _tail_data(rows: list[Any]) -> Data:
                 metric_signature=row.metric_signature,
                 mean=row.mean,
                 se=row.se,
+                step=row.step if stepped else None,
             )
             for row in rows
         ]
@@ -387,6 +483,7 @@ def _remember(
     r"""Keep the extraction of the leading settled trials for the next call
     (``prefix``: the still valid one it extends)."""
     ids = [] if prefix is None else list(prefix.trials)
+    runs = [] if prefix is None else list(prefix.runs)
     completed = [] if prefix is None else list(prefix.completed)
     statuses = {} if prefix is None else {s: set(i) for s, i in prefix.statuses.items()}
     for position in range(len(ids), len(trials)):
@@ -395,10 +492,16 @@ def _remember(
         if trial.index != position or status not in SETTLED:
             break
         ids.append(id(trial))
+        runs.append(tuple(trial.generator_runs))
         completed.append(trial.time_completed)
         statuses.setdefault(status, set()).add(position)
     count = len(ids)
     if count == 0:
+        _forget(experiment)
+        return
+    held_rows = rows_before(rows, count)
+    steps = _metric_steps(held_rows)
+    if steps is None:
         _forget(experiment)
         return
     arms = part.result.arm_data
@@ -407,9 +510,11 @@ def _remember(
         config=config,
         metrics=_metric_signatures(experiment),
         trials=ids,
+        runs=runs,
+        steps=steps,
         completed=completed,
         statuses=statuses,
-        rows=rows_before(rows, count),
+        rows=held_rows,
         part=_Part(
             result=ExperimentData(
                 arm_data=arms.loc[_trial_level(arms) < count].copy(),
@@ -429,6 +534,15 @@ def _trial_level(frame: pd.DataFrame) -> Any:
 
 def _metric_signatures(experiment: Experiment) -> tuple[str, ...]:
     return tuple(sorted(metric.signature for metric in experiment.metrics.values()))
+
+
+def _held(experiment: Experiment) -> _Prefix | None:
+    r"""The prefix remembered for this experiment object, if any."""
+    with _LOCK:
+        entry = _PREFIXES.get(id(experiment))
+    if entry is None or entry[0]() is not experiment:
+        return None
+    return entry[1]
 
 
 def _hold(experiment: Experiment, prefix: _Prefix | None) -> None:

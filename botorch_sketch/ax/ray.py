@@ -87,6 +87,7 @@ from ax.storage.json_store.registry import (
     CORE_ENCODER_REGISTRY,
 )
 
+from botorch_sketch.ax.experiment_data import adopt_prefix
 from botorch_sketch.ax.pending import fast_metric_availability
 from botorch_sketch.ax.trials import gen_filled_batch, trials_left_in_generating_node
 
@@ -651,6 +652,9 @@ class LookaheadOrchestrator(Orchestrator):
         self._demand = 0
         #: The next background refill's size (``None``: ``k``).
         self._refill_size: int | None = None
+        #: The last thread refill's snapshot (its training-data extraction is
+        #: the next snapshot's starting point).
+        self._last_snapshot: Any = None
 
     @property
     def background(self) -> bool:
@@ -789,6 +793,11 @@ class LookaheadOrchestrator(Orchestrator):
         ):
             return
         snapshot = self._snapshot()
+        if self.background_mode == "thread":
+            # The previous refill's extraction of the settled trials (in this
+            # process's memory, unlike a child's) carries over to the new copy.
+            adopt_prefix(self._last_snapshot or self.experiment, snapshot)
+            self._last_snapshot = snapshot
         self._worker = _BackgroundGeneration(
             self,
             snapshot,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 
 import ax.adapter.base as ax_adapter_base
@@ -168,10 +169,104 @@ def test_rows_with_times_or_repeats_use_axs_frame(monkeypatch):
                 for r in module.data_rows(experiment.lookup_data())
                 if r.trial_index == 20
             ],
+            False,
         )
         is None
     )
     assert_same(experiment)
+
+
+def complete_at_progression(client: Client, count: int, progression: int) -> None:
+    r"""``count`` trials completed as Ax's own loop reports them: every metric
+    at one progression (an ``IMetric``'s), some with one objective missing."""
+    for _ in range(count):
+        start = len(client._experiment.trials)
+        index = client.attach_trial({"x": (start % 10) / 10, "k": start % 6, "c": "u"})
+        values = {"a": 0.1 * index, "t": 1.0}
+        if index % 3:
+            values["b"] = 2.0
+        client.complete_trial(index, values, progression=progression)
+
+
+def test_one_step_per_metric_is_reused_and_framed_from_the_rows(monkeypatch, seen):
+    r"""Rows at one progression (Ax's Orchestrator fetches an ``IMetric`` at
+    progression 0): observations indexed by step 1.0, the new trials' frame
+    built from their rows, Ax's answer at every call; a trial at another
+    progression changes every row's step, and it is Ax's function again."""
+    client = new_client()
+    experiment = client._experiment
+    complete_at_progression(client, 12, progression=0)
+    assert_same(experiment)
+    assert experiment.lookup_data()._data_rows[0].step == 0
+    assert held(experiment) == 12
+    frames = []
+    original = module._extract_observation_data
+    monkeypatch.setattr(
+        module,
+        "_extract_observation_data",
+        lambda **kwargs: frames.append(1) or original(**kwargs),
+    )
+    for _ in range(3):
+        complete_at_progression(client, 5, progression=0)
+        seen.clear()
+        assert_same(experiment)
+        assert seen == [list(range(held(experiment) - 5, held(experiment)))]
+    assert frames == []
+    assert (
+        "step"
+        in incremental_experiment_data(experiment, DEFAULT).observation_data.index.names
+    )
+    complete_at_progression(client, 1, progression=4)
+    seen.clear()
+    assert_same(experiment)
+    assert held(experiment) == 0 and seen == []  # Ax's function, nothing held
+
+
+def copy_sharing_runs(experiment):
+    r"""A deep copy of the experiment that shares its generator runs, arms and
+    data (as a background refill's snapshot does)."""
+    shared = [experiment.data, *experiment.metrics.values()]
+    for trial in experiment.trials.values():
+        for run in trial.generator_runs:
+            shared += [run, *run.arms]
+    return copy.deepcopy(experiment, {id(obj): obj for obj in shared})
+
+
+def test_a_copy_adopts_the_prefix_and_extracts_only_the_new_trials(seen):
+    client = new_client()
+    experiment = client._experiment
+    add_trials(client, 20, leave_running=False)
+    assert_same(experiment)
+    add_trials(client, 9, leave_running=False)
+    snapshot = copy_sharing_runs(experiment)
+    assert held(snapshot) == 0
+    assert module.adopt_prefix(experiment, snapshot)
+    assert held(snapshot) == 20
+    seen.clear()
+    assert_same(snapshot)
+    assert seen == [list(range(20, 29))]
+    assert held(snapshot) == 29
+    # The source keeps its own prefix.
+    assert held(experiment) == 20
+
+
+def test_a_copy_with_other_runs_or_times_does_not_adopt(seen):
+    client = new_client()
+    experiment = client._experiment
+    add_trials(client, 20, leave_running=False)
+    assert_same(experiment)
+    other_run = copy_sharing_runs(experiment)
+    trial = other_run.trials[3]
+    trial._generator_run = copy.deepcopy(trial._generator_run)
+    other_time = copy_sharing_runs(experiment)
+    other_time.trials[5]._time_completed = None
+    fresh = new_client()._experiment
+    for target in (other_run, other_time):
+        assert not module.adopt_prefix(experiment, target)
+        assert held(target) == 0
+        assert_same(target)
+    assert not module.adopt_prefix(fresh, experiment)  # nothing held there
+    assert held(experiment) == 20
 
 
 def test_running_trial_ends_the_prefix_until_it_settles(seen):

@@ -16,7 +16,8 @@ from ax import Client, RangeParameterConfig
 from ax.core.trial_status import TrialStatus
 from ax.orchestration.orchestrator_options import OrchestratorOptions
 
-from botorch_sketch.ax import configure_ray, get_generation_strategy
+import botorch_sketch.ax.ray as ray_module
+from botorch_sketch.ax import configure_ray, experiment_data, get_generation_strategy
 from botorch_sketch.ax.ray import (
     ERROR_KEY,
     FINISHED_KEY,
@@ -343,6 +344,29 @@ def test_background_refill_serves_freed_workers_and_every_trial_completes_once()
     # The refill thread is gone and the strategy points at the experiment again.
     assert orchestrator._worker is None
     assert client._generation_strategy.experiment is client._experiment
+
+
+def test_thread_refills_take_over_the_previous_snapshots_extraction(monkeypatch):
+    r"""Each refill's snapshot starts from the previous one's extraction of the
+    settled trials (the prefix adopted, then extended), and the run's trials
+    are as without it."""
+    monkeypatch.setattr(experiment_data, "MIN_TRIALS", 0)
+    adopted: list[tuple[bool, int]] = []
+
+    def spy(source, target):
+        ok = experiment_data.adopt_prefix(source, target)
+        entry = experiment_data._PREFIXES.get(id(target))
+        held = 0 if entry is None or entry[1] is None else len(entry[1].trials)
+        adopted.append((ok, held))
+        return ok
+
+    monkeypatch.setattr(ray_module, "adopt_prefix", spy)
+    client = make_client(initialization_budget=4)
+    configure_ray(client, make_evaluate(sleep=0.05), num_workers=WORKERS)
+    run_trials(client, max_trials=20, parallelism=WORKERS, lookahead=4)
+    assert trials_by_status(client) == {TrialStatus.COMPLETED: list(range(20))}
+    assert len(adopted) >= 2
+    assert any(ok and held >= 4 for ok, held in adopted[1:])
 
 
 needs_fork = pytest.mark.skipif(
