@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,12 +55,48 @@ def cpu_median(fn: Callable[[], object], repeats: int) -> tuple[float, object]:
     return statistics.median(times), out
 
 
-def grow(client, size: int, rng: np.random.Generator, running: int) -> None:
+def complete(
+    client, results: dict[int, dict[str, float]], progression: int | None
+) -> None:
+    """Complete trials with ``complete_trials``, or, with a ``progression``, as
+    Ax's closed loop records an ``IMetric``'s readings: every row at that step."""
+    from ax.core.data import Data
+
+    from botorch_sketch.ax import complete_trials
+
+    if progression is None or not results:
+        complete_trials(client, results)
+        return
+    experiment = client._experiment
+    experiment.attach_data(
+        Data(
+            df=pd.DataFrame(
+                {
+                    "trial_index": list(results),
+                    "arm_name": [experiment.trials[i].arm.name for i in results],
+                    "metric_name": "f",
+                    "metric_signature": "f",
+                    "mean": [r["f"] for r in results.values()],
+                    "sem": np.nan,
+                    "step": float(progression),
+                }
+            )
+        )
+    )
+    for index in results:
+        experiment.trials[index].mark_completed()
+
+
+def grow(
+    client,
+    size: int,
+    rng: np.random.Generator,
+    running: int,
+    progression: int | None = None,
+) -> None:
     """Add one-arm trials up to ``size``: all completed but the last ``running``."""
     from ax.core.arm import Arm
     from ax.core.generator_run import GeneratorRun
-
-    from botorch_sketch.ax import complete_trials
 
     experiment = client._experiment
     while len(experiment.trials) < size:
@@ -72,19 +109,22 @@ def grow(client, size: int, rng: np.random.Generator, running: int) -> None:
             created.append(trial.index)
         if len(experiment.trials) == size:
             created = created[: len(created) - running]
-        complete_trials(client, {i: {"f": float(rng.random())} for i in created})
+        complete(client, {i: {"f": float(rng.random())} for i in created}, progression)
 
 
-def complete_running(client, rng: np.random.Generator, below: int | None = None):
+def complete_running(
+    client,
+    rng: np.random.Generator,
+    below: int | None = None,
+    progression: int | None = None,
+):
     """Complete the running trials (only those with an index below ``below``)."""
-    from botorch_sketch.ax import complete_trials
-
     pending = [
         t.index
         for t in client._experiment.trials.values()
         if t.status.is_running and (below is None or t.index < below)
     ]
-    complete_trials(client, {i: {"f": float(rng.random())} for i in pending})
+    complete(client, {i: {"f": float(rng.random())} for i in pending}, progression)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,6 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--running", type=int, default=8)
     p.add_argument("--step", type=int, default=8, help="trials between extractions")
+    p.add_argument(
+        "--progression",
+        type=int,
+        default=None,
+        help="record every row at this step, as Ax's closed loop does with an "
+        "IMetric (results/pending_progression.*)",
+    )
     p.add_argument("--out", type=Path, default=harness.RESULTS)
     p.add_argument("--smoke", action="store_true", help="a seconds-long run in tmp/")
     args = p.parse_args(argv)
@@ -114,9 +161,10 @@ def main(argv: list[str] | None = None) -> int:
             return extract_pending_observations(experiment)
 
     config = DataLoaderConfig()
+    P = args.progression
     for size in (int(s) for s in args.sizes.split(",")):
-        complete_running(client, rng)  # those left running at the last size
-        grow(client, size, rng, args.running)
+        complete_running(client, rng, progression=P)  # left running at last size
+        grow(client, size, rng, args.running, P)
         incremental_experiment_data(experiment, config)  # as at an earlier call
         grown, times, same_pending, same_data = size, [], True, True
 
@@ -125,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             # the experiment's ``Data`` is a new object whose frame is not built.
             nonlocal grown
             grown += args.step
-            grow(client, grown, rng, args.running)
-            complete_running(client, rng, below=grown - args.running)
+            grow(client, grown, rng, args.running, P)
+            complete_running(client, rng, below=grown - args.running, progression=P)
 
         for _ in range(args.repeats):
             step()
@@ -179,9 +227,15 @@ def main(argv: list[str] | None = None) -> int:
         "`Data`'s rows without building its frame); `same_data`: equal to Ax's "
         "at every call."
     )
+    if P is not None:
+        intro += (
+            f" Every observation is recorded at step {P}, as Ax's closed loop "
+            "(`Client.run_trials`, the Orchestrator) records an `IMetric`'s "
+            "reading; Ax then indexes the observations by step."
+        )
     harness.write_table(
         args.out,
-        "pending",
+        "pending" if P is None else "pending_progression",
         "Ax's data bookkeeping per generation call: Ax's functions against ours",
         intro,
         rows,
