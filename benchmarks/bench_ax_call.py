@@ -32,7 +32,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import collections
+import contextlib
 import importlib
 import json
 import logging
@@ -56,13 +56,21 @@ DIM = 10
 NOISE_SD = 0.05
 OPTIONS = {"region_fit": "periodic", "refit_growth": 0.1, "thompson": "pathwise"}
 
-#: ``(module, attribute, part)``: the functions whose CPU each part adds up.
+#: ``(module, owner or None, function, part)``: the functions whose CPU each part
+#: adds up (``harness.method_cpu``), a method of ``owner`` in ``module`` or a
+#: function where ``module`` looks it up.
 PARTS = (
-    ("botorch_sketch.ax.turbo", "TurboGenerator.gen", "model"),
-    ("botorch_sketch.ax.experiment_data", "incremental_experiment_data", "extract"),
-    ("ax.adapter.base", "Adapter._transform_data", "transforms"),
+    ("botorch_sketch.ax.turbo", "TurboGenerator", "gen", "model"),
+    (
+        "botorch_sketch.ax.experiment_data",
+        None,
+        "incremental_experiment_data",
+        "extract",
+    ),
+    ("ax.adapter.base", "Adapter", "_transform_data", "transforms"),
     (
         "ax.generation_strategy.generation_strategy",
+        None,
         "extract_pending_observations",
         "pending",
     ),
@@ -78,22 +86,10 @@ def levy(x: np.ndarray) -> float:
     return float(head + body + tail)
 
 
-def _wrap(totals: dict[str, float], module: str, attribute: str, part: str) -> None:
-    owner: Any = importlib.import_module(module)
-    name = attribute
-    if "." in attribute:
-        cls, name = attribute.split(".")
-        owner = getattr(owner, cls)
-    original = getattr(owner, name)
-
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        start = time.process_time()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            totals[part] += time.process_time() - start
-
-    setattr(owner, name, timed)
+def _owner(module: str, owner: str | None) -> Any:
+    r"""The class ``owner`` of ``module``, or the module itself."""
+    found = importlib.import_module(module)
+    return found if owner is None else getattr(found, owner)
 
 
 def measure(size: int, calls: int, batch: int, seed: int) -> dict[str, Any]:
@@ -120,16 +116,27 @@ def measure(size: int, calls: int, batch: int, seed: int) -> dict[str, Any]:
         trials = get_next_batch(client, max_batch_size=min(50, size - count))
         complete_trials(client, {i: evaluate(p) for i, p in trials.items()})
         count += len(trials)
-    totals: dict[str, float] = collections.defaultdict(float)
-    for module, attribute, part in PARTS:
-        _wrap(totals, module, attribute, part)
-    start = time.process_time()
-    for _ in range(calls):
-        trials = get_next_batch(client, max_batch_size=batch)
-        mark = time.process_time()
-        complete_trials(client, {i: evaluate(p) for i, p in trials.items()})
-        totals["complete"] += time.process_time() - mark
-    total = (time.process_time() - start) / calls
+    completing = 0.0
+    with contextlib.ExitStack() as stack:
+        # One context per part: ``Adapter`` defines a ``gen`` of its own.
+        timed = {
+            part: (
+                stack.enter_context(
+                    harness.method_cpu((_owner(module, owner),), (fn,))
+                ),
+                fn,
+            )
+            for module, owner, fn, part in PARTS
+        }
+        start = time.process_time()
+        for _ in range(calls):
+            trials = get_next_batch(client, max_batch_size=batch)
+            mark = time.process_time()
+            complete_trials(client, {i: evaluate(p) for i, p in trials.items()})
+            completing += time.process_time() - mark
+        total = (time.process_time() - start) / calls
+    totals = {part: cpu[fn] for part, (cpu, fn) in timed.items()}
+    totals["complete"] = completing
     row: dict[str, Any] = {"trials": size, "batch": batch, "calls": calls}
     row["call_cpu_s"] = total
     for part in ("model", "extract", "transforms", "pending", "complete"):

@@ -119,7 +119,7 @@ def attach_new_rows(experiment: Experiment, data: Data) -> None:
     if (
         len(keys) != len(new)
         or not steps_plain
-        or not trials <= set(experiment.trials)
+        or not all(index in experiment.trials for index in trials)
         or any(row.trial_index in trials for row in old)
     ):
         experiment.attach_data(data)

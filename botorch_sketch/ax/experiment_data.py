@@ -112,7 +112,9 @@ class _Prefix:
             position ``i`` has index ``i``).
         runs: Each trial's generator runs (the objects), for
             :func:`adopt_prefix`.
-        steps: Each metric's one step value in the rows (:func:`_metric_steps`).
+        steps: Each metric's one step value in the experiment's rows when
+            remembered (:func:`_merged_steps`; a metric of the later trials'
+            rows too, which the next call's rows must then agree with).
         completed: Their completion times.
         statuses: Their indices by (settled) status.
         rows: The experiment data's ``DataRow`` objects of those trials.
@@ -172,7 +174,7 @@ def incremental_experiment_data(
     if part is None:
         prefix = None
         part = _extract(experiment, trials, data_loader_config, data)
-    _remember(experiment, data_loader_config, trials, rows, part, prefix)
+    _remember(experiment, data_loader_config, trials, rows, part, prefix, steps)
     return part.result
 
 
@@ -273,21 +275,22 @@ def _extract(
     experiment: Experiment,
     trials: list[Trial],
     config: DataLoaderConfig,
-    data: Data,
+    data: Data | None = None,
     rows: list[Any] | None = None,
     stepped: bool = False,
 ) -> _Part:
-    r"""Ax's ``extract_experiment_data`` on ``trials`` (``data`` holds their rows),
-    step by step, keeping the arm frame's dtypes before the row filter. Without
-    step values the observations are indexed by ``(trial_index, arm_name)``.
-    With ``rows`` (``data``'s rows, plain: :func:`_observation_frame`; each
-    metric at one step where ``stepped``) the observation frame is built from
-    them directly."""
+    r"""Ax's ``extract_experiment_data`` on ``trials``, step by step, keeping the
+    arm frame's dtypes before the row filter: their observations are ``data``,
+    or ``rows`` (each metric at one step where ``stepped``), framed directly
+    where they are plain (:func:`_observation_frame`) and else as ``Data``
+    (:func:`_tail_data`). Without step values the observations are indexed by
+    ``(trial_index, arm_name)``."""
     view = _TrialsView(experiment, trials)
     arms = _extract_arm_data(experiment=view)
     observations = None
     if rows is not None:
         observations = _observation_frame(view, config, rows, stepped)
+        data = _tail_data(rows, stepped) if observations is None else None
     if observations is None:
         observations = _extract_observation_data(
             experiment=view, data_loader_config=config, data=data
@@ -352,7 +355,7 @@ def _extend(
     rest = trials[count:]
     if not rest:
         return head
-    tail = _extract(experiment, rest, config, _tail_data(rows, stepped), rows, stepped)
+    tail = _extract(experiment, rest, config, rows=rows, stepped=stepped)
     if not tail.arm_dtypes.equals(head.arm_dtypes):
         return None  # the whole arm frame would infer other dtypes
     if tail.result.observation_data.empty:
@@ -377,7 +380,8 @@ def _observation_frame(
     view: _TrialsView, config: DataLoaderConfig, rows: list[Any], stepped: bool
 ) -> pd.DataFrame | None:
     r"""Ax's ``_extract_observation_data`` of ``rows`` (the rows of the one-arm
-    trials of ``view``, without step values), built from the rows instead of
+    trials of ``view``; with ``stepped``, each metric at one step, which Ax
+    normalises to ``1.0`` and adds as an index level), built from the rows instead of
     Ax's data frame, pivot and sort (about 8 ms of pandas per call, whatever
     the number of rows); ``None`` where Ax's function is needed: rows with
     times, counts or a repeated ``(trial, arm, metric)``. Without a row kept
@@ -479,9 +483,11 @@ def _remember(
     rows: list[Any],
     part: _Part,
     prefix: _Prefix | None,
+    steps: dict[str, Any],
 ) -> None:
     r"""Keep the extraction of the leading settled trials for the next call
-    (``prefix``: the still valid one it extends)."""
+    (``prefix``: the still valid one it extends; ``steps``: each metric's one
+    step value over all of ``rows``, :func:`_merged_steps`)."""
     ids = [] if prefix is None else list(prefix.trials)
     runs = [] if prefix is None else list(prefix.runs)
     completed = [] if prefix is None else list(prefix.completed)
@@ -500,10 +506,6 @@ def _remember(
         _forget(experiment)
         return
     held_rows = rows_before(rows, count)
-    steps = _metric_steps(held_rows)
-    if steps is None:
-        _forget(experiment)
-        return
     arms = part.result.arm_data
     observations = part.result.observation_data
     remembered = _Prefix(

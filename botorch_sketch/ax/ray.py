@@ -796,7 +796,8 @@ class LookaheadOrchestrator(Orchestrator):
         if self.background_mode == "thread":
             # The previous refill's extraction of the settled trials (in this
             # process's memory, unlike a child's) carries over to the new copy.
-            adopt_prefix(self._last_snapshot or self.experiment, snapshot)
+            previous = self._last_snapshot
+            adopt_prefix(self.experiment if previous is None else previous, snapshot)
             self._last_snapshot = snapshot
         self._worker = _BackgroundGeneration(
             self,
