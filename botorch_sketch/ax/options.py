@@ -105,12 +105,16 @@ def _one_of(*choices: str) -> Validator:
     return check
 
 
-def _device_or(check: Validator) -> Validator:
-    def device_or(value: Any, key: str) -> None:
-        if value != "device":
+def _word_or(word: str, check: Validator) -> Validator:
+    def word_or(value: Any, key: str) -> None:
+        if value != word:
             check(value, key)
 
-    return device_or
+    return word_or
+
+
+def _device_or(check: Validator) -> Validator:
+    return _word_or("device", check)
 
 
 def _optional(check: Validator) -> Validator:
@@ -175,7 +179,7 @@ VALIDATORS: dict[str, Validator] = {
     "restart": _one_of(*RESTARTS),
     "one_hot_lengthscales": _one_of(*ONE_HOT_LENGTHSCALES),
     "num_regions": _positive_int,
-    "region_max_points": _optional(_positive_int),
+    "region_max_points": _optional(_word_or("auto", _positive_int)),
 }
 
 

@@ -9,7 +9,14 @@ NeurIPS 2019) with the sketched GP as the region's model
 2. **gen**: the observations that arrived since the last call are the last
    batch (or, when the previous call had no model, the rest of the region's
    design, which sets the incumbent and counts neither way). A ``NystromGP``
-   is fitted on the current region's data: from its initial hyperparameters at
+   is fitted on the current region's data nearest its best observation
+   (``region_max_points``, by default ``max(300, 30 d)`` points; ``None``: all
+   of them, as TuRBO). A stationary kernel fitted on all of a shrunken region's
+   data sees the large-scale variation of its early, far points and explains
+   the small differences around the incumbent as noise, so its samples stop
+   resolving what the region refines
+   (:mod:`~botorch_sketch.trust_region.window`); the local model keeps them.
+   The model is fitted from its initial hyperparameters at
    every call (``region_fit="cold"``, TuRBO's choice); with ``"periodic"``, from
    its initial hyperparameters whenever the region's data grew by the fraction
    ``refit_growth`` since the last fit, the last fit's hyperparameters kept in
@@ -65,21 +72,22 @@ NeurIPS 2019) with the sketched GP as the region's model
    level with the fresh design (``benchmarks/results/large_budget.md``): the
    data are what helps.
 
-**Several regions** (``num_regions = m > 1``; TuRBO-m, Eriksson et al.,
-NeurIPS 2019, Sec. 3; :mod:`~botorch_sketch.trust_region.regions`). Each region
-has its own data, model, state machine and restarts; region 0 starts from Ax's
-initial trials, the others from their own Sobol designs of ``2 d`` points, and
-a collapsed region restarts alone with a new design. At each call every region
-with enough data is fitted (cold, as above) and counts its points that arrived
-since it last counted (TuRBO's rule on observed values); the batch is first the
-design points still owed, then ``k`` points by Thompson sampling across the
-regions: the ``i``-th point is the maximiser of the ``i``-th joint samples over
-all regions' candidates together
-(:func:`~botorch_sketch.trust_region.allocate_across_regions`), so a region gets
-points in proportion to how good its samples look. Which region a point belongs
-to is Ax's candidate metadata of its arm (region, epoch, call), so it survives
-out-of-order completion, failed trials and JSON save/load. Each call fits
-``m`` models; ``region_fit``, ``restart`` and ``incumbent`` take their defaults.
+**Several regions** (``num_regions = m > 1``; TuRBO-m, Eriksson et al., NeurIPS
+2019, Sec. 3; :mod:`~botorch_sketch.trust_region.regions`). Each region has its
+own data, model, state machine and restarts; region 0 starts from Ax's initial
+trials, the others from their own Sobol designs of ``2 d`` points, and a
+collapsed region restarts alone with a new design. At each call every region
+with enough data is fitted (cold, on its window, as above) and counts its
+points that arrived since it last counted (TuRBO's rule on observed values);
+the batch is first the design points still owed, then ``k`` points by Thompson
+sampling across the regions: the ``i``-th point is the maximiser of the
+``i``-th joint samples over all regions' candidates together
+(:func:`~botorch_sketch.trust_region.allocate_across_regions`), so a region
+gets points in proportion to how good its samples look. Which region a point
+belongs to is Ax's candidate metadata of its arm (region, epoch, call), so it
+survives out-of-order completion, failed trials and JSON save/load. Each call
+fits ``m`` models; ``region_fit``, ``restart`` and ``incumbent`` take their
+defaults.
 
 **Parameter constraints and libraries.** Candidates that violate Ax's linear
 parameter constraints are dropped. With a ``candidate_set`` (a finite library),
@@ -172,6 +180,7 @@ from botorch_sketch.trust_region.regions import (
     point_label,
     region_rows,
 )
+from botorch_sketch.trust_region.window import default_window_size, nearest_rows
 
 logger = logging.getLogger(__name__)
 
@@ -203,9 +212,13 @@ TURBO_OPTIONS: dict[str, Any] = {
     "restart": "sobol",
     "one_hot_lengthscales": "shared",
     "num_regions": 1,
-    "region_max_points": None,
+    "region_max_points": "auto",
     "candidate_set": None,
 }
+
+#: ``region_max_points`` of a window sized by the dimension
+#: (:func:`~botorch_sketch.trust_region.window.default_window_size`).
+AUTO = "auto"
 
 #: How the region's incumbent (centre and success test) is chosen.
 INCUMBENTS = ("mean", "observed")
@@ -224,7 +237,6 @@ MULTI_REGION_DEFAULTS = {
     "region_fit": "cold",
     "restart": "sobol",
     "incumbent": "observed",
-    "region_max_points": None,
 }
 
 
@@ -296,17 +308,16 @@ class TurboGenerator(TorchGenerator):
             measured level (``benchmarks/results/large_budget.md``).
         num_regions: ``m``, the number of trust regions (TuRBO-m, module
             docstring); ``1`` is TuRBO-1. With ``m > 1``, ``region_fit``,
-            ``restart``, ``incumbent`` and ``region_max_points`` take their
-            defaults only.
+            ``restart`` and ``incumbent`` take their defaults only.
         region_max_points: At most this many of the region's points in its
-            model (``None``: all): the ones nearest the best observation
-            (Euclidean, in the unit cube), the others still counted by the
-            region's state machine. With ``restart="reopen"`` a region's data
-            grow without bound; past the size where the device affords the
-            exact GP (about 2,900 points at ``d = 10`` on one CPU thread) its
-            model becomes a capped sketch whose joint Thompson sample costs
-            seconds per call, while the points far from the incumbent say
-            little about the region around it.
+            model: the ones nearest the best observation (Euclidean, in the
+            unit cube), the others still counted by the region's state machine
+            (:mod:`~botorch_sketch.trust_region.window`). ``"auto"`` (default):
+            ``max(300, 30 d)`` for ``d`` model-space columns; ``None``: every
+            point since the restart, TuRBO's rule. On all of a shrunken
+            region's data the fitted noise absorbs the small-scale structure
+            the region is refining (module docstring, step 2), and with
+            ``restart="reopen"`` the data grow without bound.
         seed: Base seed of every draw.
         surrogate_spec: One ``NystromGP`` ``ModelConfig`` whose ``model_options``
             (``q_bar``, ``max_dictionary_size``, ...) build the region's model.
@@ -334,7 +345,7 @@ class TurboGenerator(TorchGenerator):
         restart: str = "sobol",
         one_hot_lengthscales: str = "shared",
         num_regions: int = 1,
-        region_max_points: int | None = None,
+        region_max_points: int | str | None = "auto",
         seed: int = 0,
         surrogate_spec: SurrogateSpec | None = None,
         candidate_set: Any = None,
@@ -376,7 +387,7 @@ class TurboGenerator(TorchGenerator):
                 f"num_regions must be a positive int, got {num_regions!r}."
             )
         self.num_regions = num_regions
-        if region_max_points is not None:
+        if region_max_points not in (None, AUTO):
             check_bool_free_int(region_max_points, "region_max_points", minimum=1)
         self.region_max_points = region_max_points
         if num_regions > 1:
@@ -386,7 +397,6 @@ class TurboGenerator(TorchGenerator):
                     "region_fit": self.region_fit,
                     "restart": self.restart,
                     "incumbent": self.incumbent,
-                    "region_max_points": region_max_points,
                 }
             )
         self.seed = int(seed)
@@ -608,17 +618,17 @@ class TurboGenerator(TorchGenerator):
             rows = torch.tensor(region_rows(labels, r, record.epoch), dtype=torch.long)
             if rows.numel() < design:
                 continue
+            calls = [(labels[i] or {}).get(CALL_KEY) for i in rows.tolist()]
+            values = Y[rows].reshape(-1).tolist()
+            rows = rows[self._window(X[rows], Y[rows])]
             model = fit_region_model(
                 X[rows], Y[rows], one_hot=self._one_hot,
                 **{"seed": self.seed, **self.model_options},
             )  # fmt: skip
-            calls = [(labels[i] or {}).get(CALL_KEY) for i in rows.tolist()]
             floor = self._noise_floor(
                 model, X[rows], None if Yvar is None else Yvar[rows]
             )
-            record = count_batch(
-                record, Y[rows].reshape(-1).tolist(), calls, design, floor=floor
-            )
+            record = count_batch(record, values, calls, design, floor=floor)
             if record.state.restart_triggered:
                 logger.info("turbo-bkb: region %d restarts after %d points.", r, len(X))
                 record = record.restarted(design)
@@ -776,17 +786,15 @@ class TurboGenerator(TorchGenerator):
         return self.noise_tolerance * sd
 
     def _window(self, X: Tensor, Y: Tensor) -> Tensor:
-        r"""Sorted rows of the region's ``n x d`` data in its model: all, or the
-        ``region_max_points`` nearest the best observation (itself included;
-        ties by row)."""
-        n = X.shape[0]
+        r"""Sorted rows of the region's ``n x d`` data in its model: the
+        ``region_max_points`` nearest the best observation (``"auto"``:
+        :func:`~botorch_sketch.trust_region.window.default_window_size` of
+        ``d``; ``None``: all), by
+        :func:`~botorch_sketch.trust_region.window.nearest_rows`."""
         limit = self.region_max_points
-        if limit is None or n <= limit:
-            return torch.arange(n, device=X.device)
-        best = X[int(Y.reshape(-1).argmax())]
-        distance = (X - best).square().sum(-1)
-        order = torch.argsort(distance, stable=True)[:limit]
-        return torch.sort(order).values
+        if limit == AUTO:
+            limit = default_window_size(X.shape[-1])
+        return nearest_rows(X, Y, limit)
 
     def _center(self, Y: Tensor) -> int | None:
         r"""The region's centre row: ``None`` (largest posterior mean) or the best

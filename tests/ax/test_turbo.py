@@ -15,7 +15,9 @@ from botorch_sketch.ax import (
     strategy_options,
 )
 from botorch_sketch.ax.turbo import TurboGenerator
+from botorch_sketch.ax import turbo
 from botorch_sketch.trust_region import default_num_candidates
+from botorch_sketch.trust_region.window import nearest_rows
 from tests.ax.helpers import evaluate, make_client, run_trials
 
 
@@ -51,6 +53,8 @@ def test_registered_with_its_options():
     # The periodic schedule's growth every region_fit="periodic" row was run with.
     assert options["refit_growth"] == 0.1 and options["restart"] == "sobol"
     assert options["noise_tolerance"] == 0.0  # TuRBO's success rule
+    # The region's model on the points nearest its best one (not TuRBO's all).
+    assert options["region_max_points"] == "auto"
 
 
 @pytest.mark.parametrize(
@@ -81,7 +85,7 @@ def test_registered_with_its_options():
         ({"num_regions": 2, "incumbent": "mean"}, "takes incumbent='observed'"),
         ({"region_max_points": 0}, "region_max_points must be a positive int"),
         ({"region_max_points": 2.5}, "region_max_points must be a positive int"),
-        ({"num_regions": 2, "region_max_points": 50}, "region_max_points=None only"),
+        ({"region_max_points": "all"}, "region_max_points must be a positive int"),
     ],
 )
 def test_bad_options_fail_in_get_generation_strategy(options, message):
@@ -173,9 +177,17 @@ def test_the_window_is_the_nearest_rows_in_order():
     window = TurboGenerator(region_max_points=3)._window
     assert window(X, Y).tolist() == [2, 3, 5]  # row 2 is the best
     assert window(X[:3], Y[:3]).tolist() == [0, 1, 2]  # fewer than the limit
-    assert TurboGenerator()._window(X, Y).tolist() == list(range(6))
-    with pytest.raises(ValueError, match="region_max_points"):
-        TurboGenerator(region_max_points=0)
+    assert TurboGenerator(region_max_points=None)._window(X, Y).tolist() == list(
+        range(6)
+    )
+    # "auto" (the default): max(300, 30 d) rows.
+    X, Y = torch.rand(700, 20, dtype=torch.float64), torch.rand(700, 1)
+    rows = TurboGenerator()._window(X, Y)
+    assert rows.tolist() == nearest_rows(X, Y, 600).tolist()
+    assert len(TurboGenerator()._window(X[:, :3], Y)) == 300
+    for bad in (0, "all"):
+        with pytest.raises(ValueError, match="region_max_points"):
+            TurboGenerator(region_max_points=bad)
 
 
 def test_batch_size_caps_the_batch_and_integers_are_integers():
@@ -538,6 +550,36 @@ def test_several_regions_each_run_their_own_design_and_state():
     assert all(newest[r] == epochs[r] for r in newest if records[r]["design_left"] == 0)
     lengths = last_metadata(client)["length"]
     assert len(lengths) == 3 and all(0.3 <= x <= 1.6 for x in lengths)
+
+
+def test_several_regions_fit_their_windows_and_count_every_point(monkeypatch):
+    # Two regions with region_max_points = 6: each model takes the 6 points of
+    # its region nearest its best one, while its state machine still counts
+    # every batch (the incumbent is the best of all the region's values).
+    fitted = []
+    original = turbo.fit_region_model
+
+    def spy(X, Y, **kwargs):
+        fitted.append((X.shape[0], float(Y.max())))
+        return original(X, Y, **kwargs)
+
+    monkeypatch.setattr(turbo, "fit_region_model", spy)
+    client = make_client(
+        "turbo-bkb",
+        initialization_budget=4,
+        num_candidates=200,
+        num_regions=2,
+        region_max_points=6,
+    )
+    run_trials(client, "branin", total=4)
+    for _ in range(6):
+        for index, p in get_next_batch(client, max_batch_size=6).items():
+            client.complete_trial(index, raw_data=evaluate("branin", p))
+    assert fitted and max(size for size, _ in fitted) == 6
+    state = region_runs(client)[-1]._generator_state_after_gen["region_state"]
+    values = completed_values(client)
+    best = max(r["trust_region"]["best_value"] for r in state["regions"])
+    assert best == pytest.approx(max(values))
 
 
 def label_of(client: Client, index: int) -> dict:
