@@ -13,9 +13,9 @@ from botorch_sketch.ax import (
     get_next_batch,
     list_generation_strategies,
     strategy_options,
+    turbo,
 )
 from botorch_sketch.ax.turbo import TurboGenerator
-from botorch_sketch.ax import turbo
 from botorch_sketch.trust_region import default_num_candidates
 from botorch_sketch.trust_region.window import nearest_rows
 from tests.ax.helpers import evaluate, make_client, run_trials
