@@ -512,19 +512,21 @@ def test_pending_trials_get_new_points(num_regions):
     assert len(points) == 8
 
 
+def regions_client(**options) -> Client:
+    r"""Branin after 4 Sobol trials with several regions (``options``)."""
+    client = make_client(
+        "turbo-bkb", initialization_budget=4, num_candidates=200, **options
+    )
+    run_trials(client, "branin", total=4)
+    return client
+
+
 def test_several_regions_each_run_their_own_design_and_state():
     # Three regions on Branin (d = 2, designs of 4): region 0 starts from Ax's
     # Sobol trials, regions 1 and 2 from their own designs; every arm the
     # generator makes is labelled with its region, and each region's state
     # counts its own batches (length_min = 0.3: restarts happen).
-    client = make_client(
-        "turbo-bkb",
-        initialization_budget=4,
-        num_candidates=200,
-        num_regions=3,
-        length_min=0.3,
-    )
-    run_trials(client, "branin", total=4)
+    client = regions_client(num_regions=3, length_min=0.3)
     first = get_next_batch(client, max_batch_size=10)
     labels = [label_of(client, index) for index in first]
     assert [label["turbo_region"] for label in labels].count(1) == 4
@@ -564,14 +566,7 @@ def test_several_regions_fit_their_windows_and_count_every_point(monkeypatch):
         return original(X, Y, **kwargs)
 
     monkeypatch.setattr(turbo, "fit_region_model", spy)
-    client = make_client(
-        "turbo-bkb",
-        initialization_budget=4,
-        num_candidates=200,
-        num_regions=2,
-        region_max_points=6,
-    )
-    run_trials(client, "branin", total=4)
+    client = regions_client(num_regions=2, region_max_points=6)
     for _ in range(6):
         for index, p in get_next_batch(client, max_batch_size=6).items():
             client.complete_trial(index, raw_data=evaluate("branin", p))
