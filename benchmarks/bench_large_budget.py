@@ -28,16 +28,13 @@ batches of ``--batch``):
   ``ax.Client``, batches from ``get_next_batch(client, max_batch_size=q)``.
 - ``turbo-bkb``: the same with ``"turbo-bkb"``, when
   ``botorch_sketch.ax.list_generation_strategies()`` has it (skipped otherwise).
-- ``turbo-bkb-all``: ``"turbo-bkb"`` with ``region_max_points=None`` (the
-  region's model on every point since its restart, TuRBO's rule; the default
-  before commit 9631a10, whose ``turbo-bkb`` rows were relabelled so);
-  ``turbo-bkb-all-mean`` also with ``incumbent="mean"``. The rows of the other
-  ``turbo-bkb-*`` variants from before that commit ran without the window too
-  (their ``commit`` column says which).
+- ``turbo-bkb-auto``: ``"turbo-bkb"`` with ``region_max_points="auto"`` (the
+  region's model on its ``max(300, 30 d)`` points nearest the best observation);
+  ``turbo-bkb-auto-mean`` also with ``incumbent="mean"``; ``turbo-bkb-mean``:
+  ``incumbent="mean"`` alone (the region's model on all its points).
 - ``turbo-bkb-w150`` / ``-w300`` / ``-w600``: ``"turbo-bkb"`` with
-  ``region_max_points`` of 150 / 300 / 600 (the default is ``max(300, 30 d)``:
-  ``-w300`` is the default on up to 10 model columns, ``-w600`` on 20);
-  ``turbo-bkb-w300-mean`` and ``turbo-bkb-mean`` (the default window) also with
+  ``region_max_points`` of 150 / 300 / 600 (``-w300`` is ``-auto`` on up to 10
+  model columns, ``-w600`` on 20); ``turbo-bkb-w300-mean`` also with
   ``incumbent="mean"``.
 - ``turbo-bkb-warm``: ``"turbo-bkb"`` with ``region_fit="warm"`` (the default
   before 2026-11-27: the rows labelled ``turbo-bkb`` from earlier commits were
@@ -298,8 +295,8 @@ METHODS = (
     "bbkb-pgtol5",
     "bbkb-gtol3",
     "ax-default",
-    "turbo-bkb-all",
-    "turbo-bkb-all-mean",
+    "turbo-bkb-auto",
+    "turbo-bkb-auto-mean",
     "turbo-bkb-mean",
     "turbo-bkb-w150",
     "turbo-bkb-w300",
@@ -309,12 +306,11 @@ METHODS = (
 #: Benchmark names of a package strategy with options: ``name -> (strategy, options)``.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-warm": ("turbo-bkb", {"region_fit": "warm"}),
-    # The region's model on all its points (TuRBO's rule; the default before
-    # the window of session 29), and windows of fixed sizes.
-    "turbo-bkb-all": ("turbo-bkb", {"region_max_points": None}),
-    "turbo-bkb-all-mean": (
+    # The region's model on a window of its points (session 29).
+    "turbo-bkb-auto": ("turbo-bkb", {"region_max_points": "auto"}),
+    "turbo-bkb-auto-mean": (
         "turbo-bkb",
-        {"region_max_points": None, "incumbent": "mean"},
+        {"region_max_points": "auto", "incumbent": "mean"},
     ),
     "turbo-bkb-mean": ("turbo-bkb", {"incumbent": "mean"}),
     "turbo-bkb-w150": ("turbo-bkb", {"region_max_points": 150}),

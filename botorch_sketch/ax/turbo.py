@@ -9,13 +9,14 @@ NeurIPS 2019) with the sketched GP as the region's model
 2. **gen**: the observations that arrived since the last call are the last
    batch (or, when the previous call had no model, the rest of the region's
    design, which sets the incumbent and counts neither way). A ``NystromGP``
-   is fitted on the current region's data nearest its best observation
-   (``region_max_points``, by default ``max(300, 30 d)`` points; ``None``: all
-   of them, as TuRBO). A stationary kernel fitted on all of a shrunken region's
+   is fitted on the current region's data: all of it, as TuRBO, or with
+   ``region_max_points`` the points nearest its best observation (``"auto"``:
+   ``max(300, 30 d)``). A stationary kernel fitted on all of a shrunken region's
    data sees the large-scale variation of its early, far points and explains
    the small differences around the incumbent as noise, so its samples stop
    resolving what the region refines
-   (:mod:`~botorch_sketch.trust_region.window`); the local model keeps them.
+   (:mod:`~botorch_sketch.trust_region.window`); the local model keeps them
+   (in batches of 50; in batches of 8 the window measured worse).
    The model is fitted from its initial hyperparameters at
    every call (``region_fit="cold"``, TuRBO's choice); with ``"periodic"``, from
    its initial hyperparameters whenever the region's data grew by the fraction
@@ -212,7 +213,7 @@ TURBO_OPTIONS: dict[str, Any] = {
     "restart": "sobol",
     "one_hot_lengthscales": "shared",
     "num_regions": 1,
-    "region_max_points": "auto",
+    "region_max_points": None,
     "candidate_set": None,
 }
 
@@ -312,12 +313,15 @@ class TurboGenerator(TorchGenerator):
         region_max_points: At most this many of the region's points in its
             model: the ones nearest the best observation (Euclidean, in the
             unit cube), the others still counted by the region's state machine
-            (:mod:`~botorch_sketch.trust_region.window`). ``"auto"`` (default):
-            ``max(300, 30 d)`` for ``d`` model-space columns; ``None``: every
-            point since the restart, TuRBO's rule. On all of a shrunken
-            region's data the fitted noise absorbs the small-scale structure
-            the region is refining (module docstring, step 2), and with
-            ``restart="reopen"`` the data grow without bound.
+            (:mod:`~botorch_sketch.trust_region.window`). ``None`` (default):
+            every point since the restart, TuRBO's rule; ``"auto"``:
+            ``max(300, 30 d)`` for ``d`` model-space columns. On all of a
+            shrunken region's data the fitted noise absorbs the small-scale
+            structure the region is refining (module docstring, step 2), and
+            with ``restart="reopen"`` the data grow without bound. The window
+            measured far better in batches of 50 and worse in batches of 8
+            (``benchmarks/results/which_strategy_notes.md``, session 29), so it
+            is not the default.
         seed: Base seed of every draw.
         surrogate_spec: One ``NystromGP`` ``ModelConfig`` whose ``model_options``
             (``q_bar``, ``max_dictionary_size``, ...) build the region's model.
@@ -345,7 +349,7 @@ class TurboGenerator(TorchGenerator):
         restart: str = "sobol",
         one_hot_lengthscales: str = "shared",
         num_regions: int = 1,
-        region_max_points: int | str | None = "auto",
+        region_max_points: int | str | None = None,
         seed: int = 0,
         surrogate_spec: SurrogateSpec | None = None,
         candidate_set: Any = None,
@@ -786,10 +790,11 @@ class TurboGenerator(TorchGenerator):
         return self.noise_tolerance * sd
 
     def _window(self, X: Tensor, Y: Tensor) -> Tensor:
-        r"""Sorted rows of the region's ``n x d`` data in its model: the
-        ``region_max_points`` nearest the best observation (``"auto"``:
+        r"""Sorted rows of the region's ``n x d`` data in its model: all
+        (``region_max_points=None``) or the ``region_max_points`` nearest the
+        best observation (``"auto"``:
         :func:`~botorch_sketch.trust_region.window.default_window_size` of
-        ``d``; ``None``: all), by
+        ``d``), by
         :func:`~botorch_sketch.trust_region.window.nearest_rows`."""
         limit = self.region_max_points
         if limit == AUTO:

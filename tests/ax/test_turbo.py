@@ -53,8 +53,8 @@ def test_registered_with_its_options():
     # The periodic schedule's growth every region_fit="periodic" row was run with.
     assert options["refit_growth"] == 0.1 and options["restart"] == "sobol"
     assert options["noise_tolerance"] == 0.0  # TuRBO's success rule
-    # The region's model on the points nearest its best one (not TuRBO's all).
-    assert options["region_max_points"] == "auto"
+    # The region's model on all its points (TuRBO's rule); "auto" is an option.
+    assert options["region_max_points"] is None
 
 
 @pytest.mark.parametrize(
@@ -177,14 +177,12 @@ def test_the_window_is_the_nearest_rows_in_order():
     window = TurboGenerator(region_max_points=3)._window
     assert window(X, Y).tolist() == [2, 3, 5]  # row 2 is the best
     assert window(X[:3], Y[:3]).tolist() == [0, 1, 2]  # fewer than the limit
-    assert TurboGenerator(region_max_points=None)._window(X, Y).tolist() == list(
-        range(6)
-    )
-    # "auto" (the default): max(300, 30 d) rows.
+    assert TurboGenerator()._window(X, Y).tolist() == list(range(6))  # default
+    # "auto": max(300, 30 d) rows.
     X, Y = torch.rand(700, 20, dtype=torch.float64), torch.rand(700, 1)
-    rows = TurboGenerator()._window(X, Y)
-    assert rows.tolist() == nearest_rows(X, Y, 600).tolist()
-    assert len(TurboGenerator()._window(X[:, :3], Y)) == 300
+    auto = TurboGenerator(region_max_points="auto")._window
+    assert auto(X, Y).tolist() == nearest_rows(X, Y, 600).tolist()
+    assert len(auto(X[:, :3], Y)) == 300
     for bad in (0, "all"):
         with pytest.raises(ValueError, match="region_max_points"):
             TurboGenerator(region_max_points=bad)
