@@ -35,8 +35,9 @@ logger = logging.getLogger("probe_region_window")
 
 
 def run_region(problem_name: str, evaluations: int, seed: int):
-    """``(U, Y, F, start)``: the unit-cube points, noisy and noiseless values of a
-    ``turbo-bkb-all`` run, and the index where its first region's points start."""
+    """``(U, Y, F)``: the unit-cube points (``n x d``), noisy and noiseless values
+    (``n``) of a ``"turbo-bkb"`` run with ``region_max_points=None``. Its first
+    region holds Ax's initial trials too, from row 0 until its first restart."""
     from ax import Client
 
     from botorch_sketch.ax import (
@@ -68,12 +69,12 @@ def run_region(problem_name: str, evaluations: int, seed: int):
         complete_trials(client, results)
     lo, hi = problem.bounds[0], problem.bounds[1]
     U = (torch.stack(X) - lo) / (hi - lo)
-    # The first region holds Ax's initial trials too (until its first restart).
-    return U, torch.tensor(Y, dtype=suite.DTYPE), torch.tensor(F, dtype=suite.DTYPE), 0
+    return U, torch.tensor(Y, dtype=suite.DTYPE), torch.tensor(F, dtype=suite.DTYPE)
 
 
-def probe(U, Y, F, start: int, end: int, windows: list[int | None]) -> list[dict]:
-    """One row per window: the region model fitted on rows ``start:end``."""
+def probe(U, Y, F, end: int, windows: list[int | None]) -> list[dict]:
+    """One row per window: the region model fitted on the first region's rows
+    ``0:end``."""
     from botorch_sketch.trust_region.model import (
         fit_region_model,
         lengthscales,
@@ -81,9 +82,8 @@ def probe(U, Y, F, start: int, end: int, windows: list[int | None]) -> list[dict
     )
     from botorch_sketch.trust_region.window import nearest_rows
 
-    Xr, Yr, Fr = U[start:end], -Y[start:end, None], F[start:end]
-    best = int(Yr.argmax())
-    near = torch.argsort((Xr - Xr[best]).square().sum(-1), stable=True)[:100]
+    Xr, Yr, Fr = U[:end], -Y[:end, None], F[:end]
+    near = nearest_rows(Xr, Yr, 100)
     rows = []
     for w in windows:
         keep = nearest_rows(Xr, Yr, w)
@@ -94,7 +94,7 @@ def probe(U, Y, F, start: int, end: int, windows: list[int | None]) -> list[dict
         ls = lengthscales(model)
         rows.append(
             {
-                "region_points": end - start,
+                "region_points": end,
                 "window": "all" if w is None else w,
                 "fitted_noise_sd": noise_sd(model, Xr[keep]),
                 "lengthscale_min": float(ls.min()),
@@ -115,30 +115,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args(argv)
     harness.quiet_single_thread()
-    U, Y, F, start = run_region(args.problem, args.evaluations, args.seed)
+    U, Y, F = run_region(args.problem, args.evaluations, args.seed)
     rows = []
     for end in (int(e) for e in args.ends.split(",")):
-        rows += probe(U, Y, F, start, start + end, [None, 300, 150])
+        rows += probe(U, Y, F, end, [None, 300, 150])
     for row in rows:
         row.update({"problem": args.problem, "seed": args.seed})
-    args.out.mkdir(parents=True, exist_ok=True)
-    harness.write_csv(args.out / "region_window.csv", rows)
-    keys = list(rows[0])
-    lines = [
-        f"# The region's model on all its points or on a window ({args.problem}, "
+    harness.write_table(
+        args.out,
+        "region_window",
+        f"The region's model on all its points or on a window ({args.problem}, "
         f"seed {args.seed}, noise sd 0.05)",
-        "",
-        "`"
-        + " ".join(["python benchmarks/probe_region_window.py", *sys.argv[1:]])
-        + "`; module docstring of `benchmarks/probe_region_window.py`.",
-        "",
-        "| " + " | ".join(keys) + " |",
-        "|" + "---|" * len(keys),
-    ]
-    for row in rows:
-        cells = [f"{v:.3g}" if isinstance(v, float) else str(v) for v in row.values()]
-        lines.append("| " + " | ".join(cells) + " |")
-    (args.out / "region_window.md").write_text("\n".join(lines) + "\n")
+        "Module docstring of `benchmarks/probe_region_window.py`.",
+        rows,
+    )
     logger.info("wrote %s", args.out / "region_window.md")
     return 0
 
