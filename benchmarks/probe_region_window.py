@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--evaluations", type=int, default=950)
     parser.add_argument("--ends", default="500,700,900")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--out", type=Path, default=harness.RESULTS)
     args = parser.parse_args(argv)
     harness.quiet_single_thread()
     U, Y, F = run_region(args.problem, args.evaluations, args.seed)
