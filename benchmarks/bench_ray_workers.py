@@ -191,6 +191,12 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
     span = sum(
         t.run_metadata[FINISHED_KEY] - t.run_metadata[SUBMITTED_KEY] for t in trials
     )
+    idle = idle_breakdown(
+        submitted,
+        np.array([t.run_metadata[STARTED_KEY] for t in trials]),
+        np.array([t.run_metadata[FINISHED_KEY] for t in trials]),
+        k,
+    )
     order = sorted(trials, key=lambda t: t.run_metadata[FINISHED_KEY])
     times = [t.run_metadata[FINISHED_KEY] - t0 for t in order]
     best = np.minimum.accumulate([float(df[t.index]) for t in order])
@@ -212,6 +218,7 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
         "wall [s]": wall,
         "utilisation": busy / (k * wall),
         "in flight": span / wall,
+        **idle,
         "gen calls": len(calls),
         "late call wall [s]": float(np.mean([c.wall for c in late])),
         "late call CPU [s]": float(np.mean([c.cpu for c in late])),
@@ -228,6 +235,36 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
         "times": times,
         "best": best.tolist(),
     }
+
+
+def idle_breakdown(
+    submitted: float, started: np.ndarray, finished: np.ndarray, k: int
+) -> dict[str, float]:
+    """Idle worker-seconds by phase, each as a fraction of ``k * wall``.
+
+    ``idle(t) = k - busy(t)`` (``busy``: trials between their start and finish)
+    integrated over three phases of ``[submitted, max(finished)]``: *start*, until
+    all ``k`` workers are first busy at once; *end*, from the last start on (no
+    new work can begin: the last evaluations' tail); *middle*, in between (the
+    time freed workers wait for the loop: polling, generation, dispatch).
+    """
+    times = np.concatenate([started, finished])
+    steps = np.concatenate([np.ones_like(started), -np.ones_like(finished)])
+    order = np.lexsort((steps, times))  # at equal times, finishes first
+    times, busy = times[order], np.cumsum(steps[order])
+    end = float(finished.max())
+    full = times[np.argmax(busy >= k)] if (busy >= k).any() else end
+    last = float(started.max())
+    edges = np.append(times, end)
+    # busy[i] holds on [edges[i], edges[i + 1]); before the first start, none.
+    idle = {"start": (times[0] - submitted) * k, "middle": 0.0, "end": 0.0}
+    for i in range(len(times)):
+        a, b = edges[i], edges[i + 1]
+        gap = (k - busy[i]) * (b - a)
+        phase = "start" if b <= full else "end" if a >= last else "middle"
+        idle[phase] += gap
+    total = k * (end - submitted)
+    return {f"idle {p}": float(v / total) for p, v in idle.items()}
 
 
 def median_time(args: argparse.Namespace) -> float:
@@ -330,7 +367,8 @@ def main() -> None:
     fig.savefig(RESULTS / f"{name}.png", dpi=110)
 
     columns = ["problem", "method", "k", "seed", "trials", "wall [s]"]
-    columns += ["utilisation", "in flight", "gen calls", "late call wall [s]"]
+    columns += ["utilisation", "idle start", "idle middle", "idle end"]
+    columns += ["in flight", "gen calls", "late call wall [s]"]
     columns += ["late call CPU [s]", "max call wall [s]", "requests > median"]
     columns += ["longest at N", "CPU per trial [s]"]
     columns += [c for c in rows[0] if c.startswith("gen CPU/trial at")]
@@ -342,6 +380,9 @@ def main() -> None:
         f"{args.trials} trials per run; evaluation time log-normal with mean "
         f"{args.mean} s and log-sd {args.sigma}. *utilisation*: worker-side busy "
         "time / (k x wall), wall from the first submission to the last finish; "
+        "*idle start / middle / end*: idle worker-seconds / (k x wall) until all "
+        "k workers are first busy, between then and the last start, and after "
+        "the last start (the last evaluations' tail); "
         "*in flight*: mean number of submitted, unfinished trials; *gen calls*: "
         "the Orchestrator's requests for trials; *late call*: mean wall / CPU "
         "seconds of a request over the last 10 % of the trials; *max call wall*: "

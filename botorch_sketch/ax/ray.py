@@ -242,6 +242,24 @@ def _make_task(ray: Any, options: Mapping[str, Any]) -> Any:
     return ray.remote(timed_evaluate).options(**{"max_retries": 0, **options})
 
 
+def _make_warm_task(ray: Any, options: Mapping[str, Any]) -> Any:
+    r"""A Ray remote function that receives ``evaluate`` (so the worker
+    deserialises it), sleeps ``seconds`` and returns the worker's process id."""
+
+    def warm(evaluate: Callable, seconds: float) -> int:
+        import os as _os
+        import time as _time
+
+        _time.sleep(seconds)
+        return _os.getpid()
+
+    return ray.remote(warm).options(**{"max_retries": 0, **options})
+
+
+#: Rounds of :meth:`RayRunner.warm_up` tasks at most.
+WARM_UP_ROUNDS = 5
+
+
 class RayRunner(IRunner):
     r"""Ax runner that evaluates each trial as one Ray task.
 
@@ -279,16 +297,7 @@ class RayRunner(IRunner):
         self, trial_index: int, parameterization: TParameterization
     ) -> dict[str, Any]:
         r"""Submit ``evaluate(parameterization)`` as a Ray task; JSON run metadata."""
-        if self._evaluate is None:
-            raise RuntimeError(
-                "This RayRunner has no evaluate function (it was loaded from "
-                "storage); call botorch_sketch.ax.configure_ray(client, evaluate, "
-                "num_workers=k) again before running trials."
-            )
-        ray = _import_ray()
-        if self._remote is None:
-            self._remote = _make_task(ray, self._task_options)
-            self._evaluate_ref = ray.put(self._evaluate)
+        self._prepare()
         ref = self._remote.remote(self._evaluate_ref, dict(parameterization))
         key = ref.hex()
         _TASKS[key] = _Task(ref=ref)
@@ -347,7 +356,63 @@ class RayRunner(IRunner):
             task.error = "stopped"
         return {"stopped": True}
 
+    def warm_up(self, timeout: float = 30.0, seconds: float = 0.2) -> int:
+        r"""Start the worker processes before the first trial.
+
+        A Ray worker process starts when the first task that needs it is
+        scheduled, and until then that task waits (a second or more per worker on
+        a loaded machine): the first ``k`` trials of a run would start late. Rounds
+        of ``num_workers`` concurrent tasks (each receives ``evaluate``, so the
+        worker also deserialises it, and sleeps ``seconds``) run until
+        ``num_workers`` distinct worker processes have answered, for at most
+        :data:`WARM_UP_ROUNDS` rounds or ``timeout`` seconds (a cluster whose
+        resources run fewer tasks at once stops there). Idle workers stay up for
+        the trials.
+
+        Returns:
+            The number of distinct worker processes that ran a warm-up task.
+        """
+        ray = self._prepare()
+        warm = _make_warm_task(ray, self._task_options)
+        deadline = time.monotonic() + timeout
+        workers: set[int] = set()
+        for _ in range(WARM_UP_ROUNDS):
+            refs = [
+                warm.remote(self._evaluate_ref, seconds)
+                for _ in range(self.num_workers)
+            ]
+            try:
+                pids = ray.get(refs, timeout=max(0.0, deadline - time.monotonic()))
+            except ray.exceptions.GetTimeoutError:
+                for ref in refs:
+                    ray.cancel(ref)
+                break
+            workers.update(pids)
+            if len(workers) >= self.num_workers or time.monotonic() >= deadline:
+                break
+        logger.info(
+            "Ray warm-up: %d of %d worker processes started",
+            len(workers),
+            self.num_workers,
+        )
+        return len(workers)
+
     # -- helpers --------------------------------------------------------------------
+    def _prepare(self) -> Any:
+        r"""Ray, with the remote task and ``evaluate``'s object reference made
+        once per runner."""
+        if self._evaluate is None:
+            raise RuntimeError(
+                "This RayRunner has no evaluate function (it was loaded from "
+                "storage); call botorch_sketch.ax.configure_ray(client, evaluate, "
+                "num_workers=k) again before running trials."
+            )
+        ray = _import_ray()
+        if self._remote is None:
+            self._remote = _make_task(ray, self._task_options)
+            self._evaluate_ref = ray.put(self._evaluate)
+        return ray
+
     def _collect(self, tasks: Sequence[_Task], wait: bool) -> None:
         r"""Read the outcome of every finished task among ``tasks``."""
         ray = _import_ray()
@@ -456,6 +521,7 @@ def configure_ray(
     task_options: Mapping[str, Any] | None = None,
     init_kwargs: Mapping[str, Any] | None = None,
     poll_timeout: float = 1.0,
+    warm_up: bool = True,
 ) -> RayRunner:
     r"""Run ``client``'s trials on Ray: attach a :class:`RayRunner` and metrics.
 
@@ -472,6 +538,9 @@ def configure_ray(
         task_options: Extra Ray task options (e.g. ``{"num_gpus": 1}``).
         init_kwargs: Extra ``ray.init`` arguments when Ray is started here.
         poll_timeout: See :class:`RayRunner`.
+        warm_up: Start the ``num_workers`` worker processes now
+            (:meth:`RayRunner.warm_up`), so that the first trials do not wait
+            for them.
 
     Returns:
         The runner (also attached to the client).
@@ -492,6 +561,8 @@ def configure_ray(
         raise TypeError(f"address must be a string or None, got {address!r}")
     if not (isinstance(poll_timeout, numbers.Real) and poll_timeout >= 0):
         raise ValueError(f"poll_timeout must be >= 0, got {poll_timeout!r}")
+    if not isinstance(warm_up, bool):
+        raise TypeError(f"warm_up must be a bool, got {warm_up!r}")
     for name, value in (("task_options", task_options), ("init_kwargs", init_kwargs)):
         if value is not None and not isinstance(value, Mapping):
             raise TypeError(f"{name} must be a mapping or None, got {value!r}")
@@ -525,6 +596,8 @@ def configure_ray(
     )
     client.configure_runner(runner)
     client.configure_metrics([RayMetric(name) for name in metric_names])
+    if warm_up:
+        runner.warm_up()
     return runner
 
 

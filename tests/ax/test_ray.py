@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -141,6 +142,7 @@ def test_parse_outcome_accepts_numbers_and_pairs_and_rejects_bad_values():
         ({"metric_names": ["g"]}, ValueError),
         ({"metric_names": []}, ValueError),
         ({"address": 1}, TypeError),
+        ({"warm_up": 1}, TypeError),
     ],
 )
 def test_bad_arguments_fail_before_anything_is_created(kwargs, error):
@@ -172,6 +174,18 @@ def test_package_imports_without_ray():
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True
     )
     assert result.returncode == 0, result.stderr.decode()[-2000:]
+
+
+def test_warm_up_starts_every_worker_process_before_the_first_trial():
+    client = make_client()
+    runner = configure_ray(client, make_evaluate(), num_workers=WORKERS, warm_up=False)
+    assert runner.warm_up(seconds=0.1) == WORKERS
+    assert len(client._experiment.trials) == 0  # no trial was created
+    # Fewer workers than slots: the rounds stop at the timeout, not after it.
+    runner.num_workers = WORKERS + 2
+    start = time.monotonic()
+    assert runner.warm_up(timeout=2.0, seconds=0.05) == WORKERS
+    assert time.monotonic() - start < 4.0
 
 
 def test_bbkb_keeps_workers_busy_and_every_trial_completes_once():
