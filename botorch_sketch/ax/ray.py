@@ -800,8 +800,9 @@ class LookaheadOrchestrator(Orchestrator):
         With ``generate_ahead`` and ``lookahead > 0`` on the strategy's last node,
         when no slot is free and the queue is empty, ``L`` runs are generated now
         (the running trials hallucinated), so that the next worker to finish is
-        served at once. With ``background``, after the poll, a refill starts in
-        a thread when the queue holds fewer than ``L`` runs.
+        served at once. With ``background``, a refill starts in a thread when the
+        queue holds fewer than ``L`` runs: after a poll that freed no worker, else
+        once the freed workers are served (:meth:`run`).
         """
         if not self.background:
             self._generate_ahead()
@@ -812,8 +813,21 @@ class LookaheadOrchestrator(Orchestrator):
             poll_all_trial_statuses=poll_all_trial_statuses
         )
         self._finish_background(wait=False)
-        self._start_background()
+        if not updated:  # no worker freed: a due refill starts now; else after
+            self._start_background()  # the freed workers are served (:meth:`run`)
         return updated
+
+    def run(self, max_new_trials: int, timeout_hours: float | None = None) -> bool:
+        r"""``Orchestrator.run``; with ``background``, then a due refill starts.
+
+        The refill's snapshot of the experiment costs the loop ``O(N)`` (tens of
+        milliseconds at thousands of trials): taken after the freed workers got
+        their trials, it delays no evaluation."""
+        try:
+            return super().run(max_new_trials, timeout_hours=timeout_hours)
+        finally:
+            if self.background:
+                self._start_background()
 
     def _generate_ahead(self) -> None:
         left = getattr(self, "_num_remaining_requested_trials", 0)
