@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ax import Client, RangeParameterConfig
+from ax.api.protocols.metric import IMetric
 from ax.core.trial_status import TrialStatus
 from ax.orchestration.orchestrator_options import OrchestratorOptions
 
@@ -285,6 +286,46 @@ def test_json_save_and_load_mid_run(tmp_path):
     completed = trials_by_status(loaded)[TrialStatus.COMPLETED]
     assert completed == [i for i in range(9) if i != orphan]
     assert data_rows_per_trial(loaded) == dict.fromkeys(completed, 1)
+
+
+def test_metric_fetches_new_trials_without_ax_lookup_and_matches_ax(monkeypatch):
+    client = make_client(initialization_budget=4)
+    runner = configure_ray(client, make_evaluate(), num_workers=WORKERS, warm_up=False)
+    run_trials(client, max_trials=3, parallelism=WORKERS)
+    experiment = client._experiment
+    metric = experiment.metrics["f"]
+    assert isinstance(metric, RayMetric)
+    # A trial that finished and is marked completed, its data not attached yet.
+    (index,) = client.get_next_trials(max_trials=1)
+    trial = experiment.trials[index]
+    trial.update_run_metadata(runner.run_trial(index, trial.arm.parameters))
+    while runner.poll_trial(index, trial.run_metadata) == TrialStatus.RUNNING:
+        time.sleep(0.01)
+    trial.mark_completed()
+    trials = list(experiment.trials.values())
+
+    def values(results):
+        return {i: r["f"].unwrap().df["mean"].tolist() for i, r in results.items()}
+
+    ax_results, ax_new = IMetric.fetch_data_prefer_lookup(
+        metric, experiment=experiment, metrics=[metric], trials=trials
+    )
+    results, new = metric.fetch_data_prefer_lookup(
+        experiment=experiment, metrics=[metric], trials=trials
+    )
+    assert new and ax_new
+    assert values(results) == values(ax_results)
+    assert sorted(results) == [0, 1, 2, index]
+
+    # The new trial alone: no lookup of the experiment's data.
+    def no_lookup(*args, **kwargs):
+        raise AssertionError("looked up")
+
+    monkeypatch.setattr(experiment, "lookup_data", no_lookup)
+    results, new = metric.fetch_data_prefer_lookup(
+        experiment=experiment, metrics=[metric], trials=[trial]
+    )
+    assert new and values(results) == {index: values(ax_results)[index]}
 
 
 def node_of(trial) -> str:
