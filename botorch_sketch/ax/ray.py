@@ -62,6 +62,7 @@ import logging
 import math
 import multiprocessing
 import numbers
+import sys
 import threading
 import time
 from collections import deque
@@ -76,20 +77,25 @@ from ax.api.protocols.runner import IRunner
 from ax.api.types import TParameterization
 from ax.api.utils.storage import db_settings_from_storage_config
 from ax.core.base_trial import BaseTrial
+from ax.core.data import Data, DataRow
 from ax.core.generator_run import GeneratorRun
+from ax.core.metric import MetricFetchE, MetricFetchResult
 from ax.core.trial import Trial
 from ax.core.trial_status import TrialStatus
 from ax.exceptions.core import AxError
-from ax.orchestration.orchestrator import Orchestrator
 from ax.orchestration.orchestrator_options import OrchestratorOptions, TrialType
 from ax.storage.json_store.registry import (
     CORE_DECODER_REGISTRY,
     CORE_ENCODER_REGISTRY,
 )
+from ax.utils.common.result import Err, Ok
+from ax.utils.common.typeutils import assert_is_instance
+from pyre_extensions import none_throws
 
 from botorch_sketch.ax.data_rows import data_rows
 from botorch_sketch.ax.experiment_data import adopt_prefix
 from botorch_sketch.ax.pending import fast_metric_availability
+from botorch_sketch.ax.status_index import StatusIndexedOrchestrator
 from botorch_sketch.ax.trials import gen_filled_batch, trials_left_in_generating_node
 
 __all__ = [
@@ -256,6 +262,10 @@ def _make_warm_task(ray: Any, options: Mapping[str, Any]) -> Any:
 
     return ray.remote(warm).options(**{"max_retries": 0, **options})
 
+
+#: The interpreter's switch interval (seconds) while a
+#: :class:`LookaheadOrchestrator` with thread refills runs (CPython's default: 5 ms).
+THREAD_SWITCH_INTERVAL = 5e-4
 
 #: Rounds of :meth:`RayRunner.warm_up` tasks at most.
 WARM_UP_ROUNDS = 5
@@ -537,6 +547,30 @@ class RayMetric(IMetric):
         mean, sem = task.outcome[self.name]
         return 0, (mean, sem)
 
+    def fetch_trial_data(self, trial: BaseTrial, **kwargs: Any) -> MetricFetchResult:
+        r"""The trial's row, as ``IMetric.fetch_trial_data`` returns it, built as a
+        ``DataRow`` instead of through a one-row data frame (a few milliseconds a
+        trial, between a worker's finish and its next trial)."""
+        trial = assert_is_instance(trial, Trial)
+        try:
+            step, (mean, sem) = self.fetch(trial.index, trial.run_metadata)
+            row = DataRow(
+                trial_index=trial.index,
+                arm_name=none_throws(trial.arm).name,
+                metric_name=self.name,
+                metric_signature=self.signature,
+                mean=mean,
+                se=sem,
+                step=step,
+            )
+            return Ok(value=Data(data_rows=[row]))
+        except Exception as err:
+            return Err(
+                value=MetricFetchE(
+                    message=f"Failed to fetch {self.name}", exception=err
+                )
+            )
+
 
 def _runner_to_dict(runner: RayRunner) -> dict[str, Any]:
     return {
@@ -677,7 +711,7 @@ class GenerationCall:
     background: bool = False
 
 
-class LookaheadOrchestrator(Orchestrator):
+class LookaheadOrchestrator(StatusIndexedOrchestrator):
     r"""Ax's Orchestrator with generation amortised over the free worker slots.
 
     Every request for ``m`` trials (the free slots) is answered from a queue of
@@ -790,10 +824,20 @@ class LookaheadOrchestrator(Orchestrator):
 
     def run_n_trials(self, *args: Any, **kwargs: Any) -> Any:
         r"""``Orchestrator.run_n_trials``; a background refill still running at
-        the end is waited for and discarded."""
+        the end is waited for and discarded.
+
+        With thread refills, the interpreter's switch interval is
+        :data:`THREAD_SWITCH_INTERVAL` during the run (restored after): the loop
+        releases the interpreter lock at every Ray call, and with CPython's
+        default of 5 ms a refill thread running Python code keeps it that long
+        each time, between a worker's finish and its next trial."""
+        interval = sys.getswitchinterval()
+        if self.background_mode == "thread":
+            sys.setswitchinterval(min(interval, THREAD_SWITCH_INTERVAL))
         try:
             return super().run_n_trials(*args, **kwargs)
         finally:
+            sys.setswitchinterval(interval)
             self._finish_background(wait=True, keep=False)
 
     def _cpu(self) -> float:

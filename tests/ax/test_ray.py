@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from ax import Client, RangeParameterConfig
 from ax.api.protocols.metric import IMetric
@@ -315,6 +316,13 @@ def test_metric_fetches_new_trials_without_ax_lookup_and_matches_ax(monkeypatch)
     )
     assert new and ax_new
     assert values(results) == values(ax_results)
+    # The row built directly is Ax's row, step and signature included; a trial
+    # without an outcome is an Err, as Ax's.
+    ours = metric.fetch_trial_data(trial).unwrap().full_df
+    theirs = IMetric.fetch_trial_data(metric, trial).unwrap().full_df
+    pd.testing.assert_frame_equal(ours, theirs)
+    (orphan,) = client.get_next_trials(max_trials=1)
+    assert metric.fetch_trial_data(experiment.trials[orphan]).is_err()
     assert sorted(results) == [0, 1, 2, index]
 
     # The new trial alone: no lookup of the experiment's data.
