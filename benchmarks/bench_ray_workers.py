@@ -308,6 +308,7 @@ def main() -> None:
     parser.add_argument("--mean", type=float, default=0.5)
     parser.add_argument("--sigma", type=float, default=0.8)
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds from here")
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS))
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument(
@@ -323,7 +324,7 @@ def main() -> None:
     rows = []
     for problem in args.problems:
         for method in args.methods:
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 row = run_one(method, problem, args, seed)
                 print(
                     f"{problem} {method} seed {seed}: wall {row['wall [s]']:.1f} s, "
