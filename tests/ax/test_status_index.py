@@ -1,33 +1,22 @@
 from __future__ import annotations
 
 import pytest
-from ax import Client, RangeParameterConfig
 from ax.core.trial_status import TrialStatus
 from ax.orchestration.orchestrator import Orchestrator
 from ax.orchestration.orchestrator_options import OrchestratorOptions
 from ax.runners.synthetic import SyntheticRunner
 
-from botorch_sketch.ax import get_generation_strategy
 from botorch_sketch.ax.status_index import StatusIndexedOrchestrator
+from tests.ax.helpers import make_client
 
 
 @pytest.fixture
 def orchestrator() -> StatusIndexedOrchestrator:
     """An experiment with trials in every status an Orchestrator queries."""
-    client = Client(random_seed=0)
-    client.configure_experiment(
-        parameters=[
-            RangeParameterConfig(name=n, parameter_type="float", bounds=(0.0, 1.0))
-            for n in ("x1", "x2")
-        ]
-    )
-    client.configure_optimization(objective="-f")
-    client.set_generation_strategy(
-        get_generation_strategy("bbkb", initialization_budget=12)
-    )
+    client = make_client("bbkb", "branin", initialization_budget=12)
     trials = client.get_next_trials(max_trials=12)  # RUNNING
     for i in (0, 3, 5, 7, 9):
-        client.complete_trial(i, raw_data={"f": float(i)})
+        client.complete_trial(i, raw_data={"branin": float(i)})
     client.mark_trial_failed(1)
     client.mark_trial_abandoned(2)
     experiment = client._experiment
