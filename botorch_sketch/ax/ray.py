@@ -367,7 +367,7 @@ class RayRunner(IRunner):
             task.error = "stopped"
         return {"stopped": True}
 
-    def warm_up(self, timeout: float = 30.0, seconds: float = 0.2) -> int:
+    def warm_up(self, timeout: float = 10.0, seconds: float = 0.2) -> int:
         r"""Start the worker processes before the first trial.
 
         A Ray worker process starts when the first task that needs it is
