@@ -916,11 +916,10 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         The refill's snapshot of the experiment costs the loop ``O(N)`` (tens of
         milliseconds at thousands of trials): taken after the freed workers got
         their trials, it delays no evaluation."""
-        try:
-            return super().run(max_new_trials, timeout_hours=timeout_hours)
-        finally:
-            if self.background:
-                self._start_background()
+        launched = super().run(max_new_trials, timeout_hours=timeout_hours)
+        if self.background:
+            self._start_background()
+        return launched
 
     def _generate_ahead(self) -> None:
         left = getattr(self, "_num_remaining_requested_trials", 0)
