@@ -224,6 +224,8 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
         "late call CPU [s]": float(np.mean([c.cpu for c in late])),
         "max call wall [s]": max(c.wall for c in requests),
         "requests > median": sum(c.wall > median_time(args) for c in requests),
+        # Trials in the experiment at each slow request, and the refill before it.
+        "slow requests": slow_requests(calls, median_time(args)),
         "longest at N": max(requests, key=lambda c: c.wall).num_trials,
         "CPU per trial [s]": sum(c.cpu for c in calls) / generated,
         **at_n,
@@ -235,6 +237,21 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
         "times": times,
         "best": best.tolist(),
     }
+
+
+def slow_requests(calls: list, limit: float) -> str:
+    r"""``N:wall/refill`` for each request that took longer than ``limit``
+    seconds: the trials in the experiment when it came, its wall seconds and
+    the wall seconds of the last background refill that ended before it
+    (``-`` if none), separated by ``;``."""
+    out, refill = [], None
+    for call in calls:
+        if call.background:
+            refill = call.wall
+        elif call.wall > limit:
+            last = "-" if refill is None else f"{refill:.2f}"
+            out.append(f"{call.num_trials}:{call.wall:.2f}/{last}")
+    return ";".join(out)
 
 
 def idle_breakdown(

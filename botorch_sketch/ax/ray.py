@@ -735,11 +735,15 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
     queue empty waits for the refill. The refill size follows the demand
     (:func:`refill_size`): ``s = clip(2 D, k, L)``, with ``D`` the trials
     requested while the previous refill ran and ``k = max_pending_trials`` (the
-    first refill has ``k``; ``s`` is also the queue's target). A refill's
-    fixed cost (the fit, Ax's data extraction, the posterior's factors) then
-    spreads over more trials when the refills fall behind the workers
-    (thousands of trials), and the queued points stay fresh while they keep
-    up.
+    first refill has ``k``). A refill's fixed cost (the fit, Ax's data
+    extraction, the posterior's factors) then spreads over more trials when the
+    refills fall behind the workers (thousands of trials), and the queued points
+    stay fresh while they keep up. The queue's target (the level below which a
+    refill starts) is ``clip(2 D_max, k, L)``, with ``D_max`` the most trials
+    requested during any one refill so far: a refill that once took long (a
+    hyperparameter refit, due every time the data grew by a fraction) will take
+    long again, and longer as the data grow, so the queue keeps enough runs to
+    last through it, while the refills between stay of size ``s``.
     Generation then holds a free worker only when the queue runs dry, and a
     generation's cost overlaps the evaluations instead of adding to the wall
     time. The queue is never stored (a reloaded experiment regenerates); a
@@ -808,6 +812,10 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         self._demand = 0
         #: The next background refill's size (``None``: ``k``).
         self._refill_size: int | None = None
+        #: Most trials requested during one refill so far (``D_max``).
+        self._peak_demand = 0
+        #: The queue level below which a refill starts (``None``: ``k``).
+        self._queue_target: int | None = None
         #: The last thread refill's snapshot (its training-data extraction is
         #: the next snapshot's starting point).
         self._last_snapshot: Any = None
@@ -963,8 +971,10 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         if self.lookahead == 0 or self._worker is not None:
             return
         left = getattr(self, "_num_remaining_requested_trials", 0) - len(self._queue)
-        size = min(self._refill_size or self._get_max_pending_trials(), self.lookahead)
-        if left < 1 or len(self._queue) >= size:
+        k = self._get_max_pending_trials()
+        size = min(self._refill_size or k, self.lookahead)
+        target = max(size, min(self._queue_target or k, self.lookahead))
+        if left < 1 or len(self._queue) >= target:
             return
         if (
             trials_left_in_generating_node(self.generation_strategy, self.experiment)
@@ -1030,9 +1040,10 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
             # after them: the sketch's warm start, a trust region) in its own
             # copy: record them here, so that the next generation continues.
             self.generation_strategy._generator_runs.extend(worker.recorded)
-        self._refill_size = refill_size(
-            self._demand - worker.demand, self._get_max_pending_trials(), self.lookahead
-        )
+        demand, k = self._demand - worker.demand, self._get_max_pending_trials()
+        self._peak_demand = max(self._peak_demand, demand)
+        self._refill_size = refill_size(demand, k, self.lookahead)
+        self._queue_target = refill_size(self._peak_demand, k, self.lookahead)
         runs = worker.runs or []
         self.generation_calls.append(
             GenerationCall(
@@ -1298,8 +1309,9 @@ def refill_size(demand: int, parallelism: int, lookahead: int) -> int:
     ``D = demand``: trials requested while the previous refill ran; twice that
     leaves a margin for a refill that takes longer than the last (the data
     grow); at least ``k = parallelism`` (every worker served once), at most
-    ``L = lookahead`` (the queue's target, which bounds how stale a queued
-    point may get; ``L < k`` gives ``L``).
+    ``L = lookahead`` (which bounds how stale a queued point may get; ``L < k``
+    gives ``L``). With the most trials requested during one refill so far, the
+    same rule gives the queue's target (:class:`LookaheadOrchestrator`).
     """
     upper = max(int(lookahead), 1)
     return max(min(2 * max(int(demand), 0), upper), min(int(parallelism), upper))
@@ -1364,7 +1376,8 @@ def run_trials(
     background thread (``lookahead=None``, ``background=True``), so that a freed
     worker is served from the queue while the next trials are generated; the
     refills hold ``k`` trials while they keep up with the workers and grow up to
-    ``4 k`` when they do not (:func:`refill_size`).
+    ``4 k`` when they do not (:func:`refill_size`), and the queue keeps enough
+    trials to last through the slowest refill so far (a hyperparameter refit).
 
     Args:
         client: A client configured with :func:`configure_ray`.

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -634,6 +635,68 @@ def test_refill_size_grows_when_workers_wait(monkeypatch):
     # 10 ms evaluations finish while a refill runs: the next ones are larger.
     assert max(c.generated for c in refills) > WORKERS
     assert all(c.generated <= 4 * WORKERS for c in refills)
+
+
+class _FinishedRefill:
+    """A refill that has ended: what ``_finish_background`` reads of one."""
+
+    def __init__(self, demand: int) -> None:
+        self.demand, self.runs, self.recorded, self.error = demand, [], [], None
+        self.completed = self.num_trials = 0
+        self.wall = self.cpu = 0.0
+
+    def done(self) -> bool:
+        return True
+
+    def wait(self) -> None:
+        return None
+
+
+def test_queue_target_lasts_through_the_slowest_refill(monkeypatch):
+    client = make_client(initialization_budget=4)
+    configure_ray(client, make_evaluate(), num_workers=WORKERS)
+    k, lookahead = WORKERS, 8 * WORKERS
+    orchestrator = LookaheadOrchestrator(
+        experiment=client._experiment,
+        generation_strategy=client._generation_strategy_or_choose(),
+        options=OrchestratorOptions(max_pending_trials=k),
+        lookahead=lookahead,
+        background=True,
+    )
+    started = []
+    monkeypatch.setattr(ray_module, "trials_left_in_generating_node", lambda *a: None)
+    monkeypatch.setattr(LookaheadOrchestrator, "_snapshot", lambda self: None)
+    monkeypatch.setattr(
+        ray_module._BackgroundGeneration,
+        "start",
+        lambda self: started.append(len(orchestrator._queue)),
+    )
+    orchestrator._num_remaining_requested_trials = 100
+
+    def refill_ends(requested_during_it: int) -> None:
+        orchestrator._worker = _FinishedRefill(demand=orchestrator._demand)
+        orchestrator._demand += requested_during_it
+        orchestrator._finish_background(wait=True)
+
+    def queue_at(level: int) -> bool:
+        orchestrator._queue = deque([(None, 0)] * level)
+        orchestrator._worker, count = None, len(started)
+        orchestrator._start_background()
+        return len(started) > count
+
+    # Before any refill: the queue's target is k.
+    assert queue_at(k - 1) and not queue_at(k)
+    # A slow refill (a refit) saw 10 requests, then quick ones saw 1 each: the
+    # refills shrink back to k, but the queue keeps 2 x 10 runs in hand.
+    refill_ends(10)
+    assert orchestrator._refill_size == orchestrator._queue_target == 20
+    refill_ends(1)
+    assert orchestrator._refill_size == k and orchestrator._queue_target == 20
+    assert queue_at(19) and not queue_at(20)
+    # The target never passes the lookahead.
+    refill_ends(100)
+    assert orchestrator._queue_target == lookahead
+    assert queue_at(lookahead - 1) and not queue_at(lookahead)
 
 
 def test_background_mode_names_the_refill(monkeypatch):
