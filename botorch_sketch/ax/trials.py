@@ -247,9 +247,11 @@ def split_generator_run(run: GeneratorRun, batch_id: int) -> list[GeneratorRun]:
     # Per-arm metadata lists are split only when they follow the points' order.
     split = k if k == len(run.arms) else -1
     runs = []
+    config, space = run.optimization_config, run.search_space
     for position, arm in enumerate(points):
-        copy = run.clone()
-        metadata = dict(copy.gen_metadata or {})
+        # Each run gets its own copies of what ``GeneratorRun.clone`` would copy,
+        # without cloning all ``k`` arms ``k`` times.
+        metadata = dict(run.gen_metadata or {})
         metadata.update(
             {BATCH_ID_KEY: batch_id, BATCH_SIZE_KEY: k, BATCH_POSITION_KEY: position}
         )
@@ -261,25 +263,30 @@ def split_generator_run(run: GeneratorRun, batch_id: int) -> list[GeneratorRun]:
             GeneratorRun(
                 arms=[arm.clone()],
                 weights=[1.0],
-                optimization_config=copy.optimization_config,
-                search_space=copy.search_space,
-                type=copy.generator_run_type,
-                fit_time=copy.fit_time,
-                gen_time=copy.gen_time,
-                generator_key=copy._generator_key,
-                generator_kwargs=copy._generator_kwargs,
-                adapter_kwargs=copy._adapter_kwargs,
+                optimization_config=None if config is None else config.clone(),
+                search_space=None if space is None else space.clone(),
+                type=run.generator_run_type,
+                fit_time=run.fit_time,
+                gen_time=run.gen_time,
+                generator_key=run._generator_key,
+                generator_kwargs=_copied(run._generator_kwargs),
+                adapter_kwargs=_copied(run._adapter_kwargs),
                 gen_metadata=metadata,
                 # Ax continues from the strategy's own (unsplit) run; a copy of
                 # the state in every trial would only grow the JSON.
                 generator_state_after_gen=None,
                 candidate_metadata_by_arm_signature=_subset_by_arm(
-                    copy.candidate_metadata_by_arm_signature, arm.signature
+                    run.candidate_metadata_by_arm_signature, arm.signature
                 ),
-                generation_node_name=copy._generation_node_name,
+                generation_node_name=run._generation_node_name,
             )
         )
     return runs
+
+
+def _copied(mapping: dict | None) -> dict | None:
+    r"""A shallow copy of a generator run's keyword dict (as its ``clone``)."""
+    return None if mapping is None else dict(mapping)
 
 
 class _ShortBatchFilter(logging.Filter):
