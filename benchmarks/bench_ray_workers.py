@@ -16,7 +16,7 @@ the same runner and ``k`` workers:
   a slot frees and the queue is empty;
 - ``bbkb background``: ``run_trials``' default: a queue refilled in a thread
   (``background=True``) while freed workers are served from it, by refills of
-  ``k`` to ``lookahead`` (default ``4k``) trials sized by the demand;
+  ``k`` to ``lookahead`` (default ``8k``, as ``run_trials``) trials sized by the demand;
 - ``bbkb process``: as ``bbkb background`` with each refill in a forked child
   process (``background="process"``): the generation's CPU and interpreter lock
   off the Orchestrator's loop (its CPU is in the refills' calls, not in the
@@ -70,6 +70,7 @@ from harness import (  # noqa: E402
 from botorch_sketch.ax import configure_ray, get_generation_strategy  # noqa: E402
 from botorch_sketch.ax.ray import (  # noqa: E402
     FINISHED_KEY,
+    LOOKAHEAD_PER_WORKER,
     STARTED_KEY,
     SUBMITTED_KEY,
     LookaheadOrchestrator,
@@ -163,7 +164,7 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
     else:
         refill = "background" in method or "process" in method
         queued = "lookahead" in method or refill
-        default = 4 * k if refill else k  # run_trials' default
+        default = LOOKAHEAD_PER_WORKER * k if refill else k  # run_trials' default
         lookahead = (args.lookahead or default) if queued else 0
         orchestrator = LookaheadOrchestrator(
             experiment=client._experiment,
@@ -329,7 +330,7 @@ def main() -> None:
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS))
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument(
-        "--lookahead", type=int, default=0, help="0: 4k in background, else k"
+        "--lookahead", type=int, default=0, help="0: 8k in background, else k"
     )
     parser.add_argument("--tag", default="")
     args = parser.parse_args()

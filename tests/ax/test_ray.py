@@ -25,6 +25,7 @@ from botorch_sketch.ax import configure_ray, experiment_data, get_generation_str
 from botorch_sketch.ax.ray import (
     ERROR_KEY,
     FINISHED_KEY,
+    LOOKAHEAD_PER_WORKER,
     SUBMITTED_KEY,
     TASK_KEY,
     LookaheadOrchestrator,
@@ -195,7 +196,8 @@ def test_bbkb_keeps_workers_busy_and_every_trial_completes_once():
     client = make_client(initialization_budget=4)
     runner = configure_ray(client, make_evaluate(sleep=0.2), num_workers=WORKERS)
     assert isinstance(runner, RayRunner)
-    run_trials(client, max_trials=10, parallelism=WORKERS)
+    orchestrator = run_trials(client, max_trials=10, parallelism=WORKERS)
+    assert orchestrator.lookahead == LOOKAHEAD_PER_WORKER * WORKERS
 
     trials = client._experiment.trials
     assert len(trials) == 10
