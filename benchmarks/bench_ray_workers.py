@@ -241,17 +241,17 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
 
 
 def slow_requests(calls: list, limit: float) -> str:
-    r"""``N:wall/refill`` for each request that took longer than ``limit``
-    seconds: the trials in the experiment when it came, its wall seconds and
-    the wall seconds of the last background refill that ended before it
+    r"""``N:wall/refill@queued`` for each request that took longer than
+    ``limit`` seconds: the trials in the experiment when it came, its wall
+    seconds, the wall seconds of the last background refill that ended before
+    it (the one it waited for) and the queue's length when that refill started
     (``-`` if none), separated by ``;``."""
-    out, refill = [], None
+    out, refill = [], "-"
     for call in calls:
         if call.background:
-            refill = call.wall
+            refill = f"{call.wall:.2f}@{call.queued}"
         elif call.wall > limit:
-            last = "-" if refill is None else f"{refill:.2f}"
-            out.append(f"{call.num_trials}:{call.wall:.2f}/{last}")
+            out.append(f"{call.num_trials}:{call.wall:.2f}/{refill}")
     return ";".join(out)
 
 

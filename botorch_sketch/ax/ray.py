@@ -701,6 +701,8 @@ class GenerationCall:
             thread when the orchestrator generates in the background).
         background: Whether the call ran in the refill thread (its wall time
             held no worker).
+        queued: Runs in the queue when the call began (for a background
+            refill: when it started; -1 where not recorded).
     """
 
     requested: int
@@ -710,6 +712,7 @@ class GenerationCall:
     wall: float
     cpu: float
     background: bool = False
+    queued: int = -1
 
 
 class LookaheadOrchestrator(StatusIndexedOrchestrator):
@@ -859,6 +862,7 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         r"""``num_trials`` one-arm runs: queued ones, else generated (``L`` more)."""
         wall, cpu = time.perf_counter(), self._cpu()
         before, requested = len(self.experiment.trials), num_trials
+        queued = len(self._queue)
         self._demand += num_trials
         self._drop_stale_queue()
         if not self._queue and self._worker is not None:
@@ -892,6 +896,7 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
                 num_trials=before,
                 wall=time.perf_counter() - wall,
                 cpu=self._cpu() - cpu,
+                queued=queued,
             )
         )
         return runs
@@ -998,6 +1003,7 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
             demand=self._demand,
             mode=self.background_mode,
         )
+        self._worker.queued = len(self._queue)
         self._worker.start()
 
     def _snapshot(self) -> Any:
@@ -1055,6 +1061,7 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
                 wall=worker.wall,
                 cpu=worker.cpu,
                 background=True,
+                queued=worker.queued,
             )
         )
         if worker.error is not None:
@@ -1179,6 +1186,8 @@ class _BackgroundGeneration:
         self.runs: list[list[GeneratorRun]] | None = None
         self.recorded: list[GeneratorRun] = []
         self.demand = demand
+        #: Runs in the orchestrator's queue when the refill started.
+        self.queued = -1
         self.error: Exception | None = None
         self.completed = completed
         self.num_trials = num_trials

@@ -633,6 +633,9 @@ def test_refill_size_grows_when_workers_wait(monkeypatch):
     assert trials_by_status(client) == {TrialStatus.COMPLETED: list(range(24))}
     refills = [c for c in orchestrator.generation_calls if c.background]
     assert refills and sizes[0] is None  # the first refill: k runs
+    # Each call records the queue's length when it began.
+    assert all(c.queued >= 0 for c in orchestrator.generation_calls)
+    assert refills[0].queued < WORKERS
     assert refills[0].generated == WORKERS
     # 10 ms evaluations finish while a refill runs: the next ones are larger.
     assert max(c.generated for c in refills) > WORKERS
@@ -646,6 +649,7 @@ class _FinishedRefill:
         self.demand, self.runs, self.recorded, self.error = demand, [], [], None
         self.completed = self.num_trials = 0
         self.wall = self.cpu = 0.0
+        self.queued = 5
 
     def done(self) -> bool:
         return True
@@ -695,6 +699,7 @@ def test_queue_target_lasts_through_the_slowest_refill(monkeypatch):
     refill_ends(1)
     assert orchestrator._refill_size == k and orchestrator._queue_target == 20
     assert queue_at(19) and not queue_at(20)
+    assert [c.queued for c in orchestrator.generation_calls] == [5, 5]
     # The target never passes the lookahead.
     refill_ends(100)
     assert orchestrator._queue_target == lookahead
