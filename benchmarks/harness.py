@@ -192,6 +192,19 @@ def quiet_single_thread() -> None:
     torch.set_num_threads(1)
 
 
+def profile_report(profile: Any, top: int) -> str:
+    """A ``cProfile.Profile``'s ``top`` functions by own and by cumulative time."""
+    import io
+    import pstats
+
+    parts = []
+    for key in ("tottime", "cumtime"):
+        out = io.StringIO()
+        pstats.Stats(profile, stream=out).sort_stats(key).print_stats(top)
+        parts.append(out.getvalue())
+    return "\n".join(parts)
+
+
 def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     """Write ``rows`` (dicts; the union of their keys, in first-seen order)."""
     fields: list[str] = []

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import io
 import json
-import pstats
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_gpu  # noqa: E402
+import harness  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,10 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     profile = cProfile.Profile()
     row = profile.runcall(bench_gpu.bbkb_row, args.rows, args.T, ns)
     print(json.dumps(row))
-    for key in ("tottime", "cumtime"):
-        out = io.StringIO()
-        pstats.Stats(profile, stream=out).sort_stats(key).print_stats(args.top)
-        print(out.getvalue())
+    print(harness.profile_report(profile, args.top))
     return 0
 
 

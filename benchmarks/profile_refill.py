@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import io
 import logging
-import pstats
+import sys
 import time
+from pathlib import Path
 
 import torch
 from ax import Client, RangeParameterConfig
@@ -26,6 +26,9 @@ from botorch.test_functions import Hartmann
 from botorch_sketch.ax import get_generation_strategy, get_next_batch
 from botorch_sketch.ax.pending import fast_metric_availability
 from botorch_sketch.ax.trials import gen_filled_batch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
 
 DIM = 6
 INITIALIZATION = 12
@@ -87,10 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(experiment.trials)} trials: a refill of {len(runs)} points took "
         f"{wall:.2f} s wall, {cpu:.2f} s CPU (profiled)"
     )
-    for key in ("tottime", "cumtime"):
-        out = io.StringIO()
-        pstats.Stats(profile, stream=out).sort_stats(key).print_stats(args.top)
-        print(out.getvalue())
+    print(harness.profile_report(profile, args.top))
     return 0
 
 
