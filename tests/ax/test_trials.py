@@ -8,6 +8,8 @@ from ax.core.arm import Arm
 from ax.core.base_trial import TrialStatus
 from ax.core.batch_trial import BatchTrial
 from ax.core.generator_run import GeneratorRun
+from ax.core.parameter import ParameterType, RangeParameter
+from ax.core.search_space import SearchSpace
 from ax.exceptions.core import SearchSpaceExhausted
 
 from botorch_sketch.ax import get_next_batch, new_adaptive_batch_trial
@@ -128,6 +130,30 @@ def test_split_keeps_repeated_points_as_separate_trials():
     assert [r.arms[0].parameters for r in runs] == [a, a, b]
     assert [r.gen_metadata[BATCH_SIZE_KEY] for r in runs] == [3, 3, 3]
     assert all(r.weights == [1.0] for r in runs)
+
+
+def test_split_runs_own_their_search_space_and_keywords():
+    space = SearchSpace(
+        [RangeParameter(f"x{i}", ParameterType.FLOAT, 0.0, 4.0) for i in range(2)]
+    )
+    arms = [Arm({"x0": 0.5 * i, "x1": 1.0}) for i in range(4)]
+    run = GeneratorRun(
+        arms=arms,
+        search_space=space,
+        generator_key="BBKB",
+        generator_kwargs={"seed": 3},
+        adapter_kwargs={"transforms": []},
+        gen_metadata={"note": "kept"},
+    )
+    runs = split_generator_run(run, batch_id=1)
+    assert [r.arms[0].parameters for r in runs] == [a.parameters for a in arms]
+    spaces = [r.search_space for r in runs]
+    assert all(s == space and s is not space for s in spaces)
+    assert len({id(s) for s in spaces}) == 4  # one copy per run, none shared
+    runs[0]._generator_kwargs["seed"] = 9  # a change to one run stays in it
+    assert run._generator_kwargs == {"seed": 3} == runs[1]._generator_kwargs
+    assert all(r.gen_metadata["note"] == "kept" for r in runs)
+    assert len(run.arms) == 4 and run.weights == [1.0] * 4  # the input untouched
 
 
 def test_failed_and_abandoned_trials_inside_a_batch():
