@@ -818,8 +818,6 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         self._refill_size: int | None = None
         #: Most trials requested during one refill so far (``D_max``).
         self._peak_demand = 0
-        #: The queue level below which a refill starts (``None``: ``k``).
-        self._queue_target: int | None = None
         #: The last thread refill's snapshot (its training-data extraction is
         #: the next snapshot's starting point).
         self._last_snapshot: Any = None
@@ -828,6 +826,15 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
     def background(self) -> bool:
         r"""Whether refills run in the background (``background_mode`` set)."""
         return self.background_mode is not None
+
+    @property
+    def queue_target(self) -> int:
+        r"""The queue level below which a background refill starts:
+        ``clip(2 D_max, k, L)`` (:func:`refill_size` of the most trials
+        requested during one refill so far; ``min(k, L)`` before any)."""
+        return refill_size(
+            self._peak_demand, self._get_max_pending_trials(), self.lookahead
+        )
 
     @property
     def queued(self) -> int:
@@ -977,10 +984,9 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         if self.lookahead == 0 or self._worker is not None:
             return
         left = getattr(self, "_num_remaining_requested_trials", 0) - len(self._queue)
-        k = self._get_max_pending_trials()
-        size = min(self._refill_size or k, self.lookahead)
-        target = max(size, min(self._queue_target or k, self.lookahead))
-        if left < 1 or len(self._queue) >= target:
+        size = min(self._refill_size or self._get_max_pending_trials(), self.lookahead)
+        # ``size <= queue_target``: the last refill's demand is at most the peak.
+        if left < 1 or len(self._queue) >= self.queue_target:
             return
         if (
             trials_left_in_generating_node(self.generation_strategy, self.experiment)
@@ -1001,9 +1007,9 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
             completed=self._num_completed(),
             num_trials=len(self.experiment.trials),
             demand=self._demand,
+            queued=len(self._queue),
             mode=self.background_mode,
         )
-        self._worker.queued = len(self._queue)
         self._worker.start()
 
     def _snapshot(self) -> Any:
@@ -1047,10 +1053,11 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
             # after them: the sketch's warm start, a trust region) in its own
             # copy: record them here, so that the next generation continues.
             self.generation_strategy._generator_runs.extend(worker.recorded)
-        demand, k = self._demand - worker.demand, self._get_max_pending_trials()
+        demand = self._demand - worker.demand
         self._peak_demand = max(self._peak_demand, demand)
-        self._refill_size = refill_size(demand, k, self.lookahead)
-        self._queue_target = refill_size(self._peak_demand, k, self.lookahead)
+        self._refill_size = refill_size(
+            demand, self._get_max_pending_trials(), self.lookahead
+        )
         runs = worker.runs or []
         self.generation_calls.append(
             GenerationCall(
@@ -1169,6 +1176,7 @@ class _BackgroundGeneration:
         completed: Completed trials when the snapshot was taken (the runs' age).
         num_trials: Trials in the experiment at the snapshot.
         demand: The orchestrator's count of requested trials at the start.
+        queued: Runs in the orchestrator's queue at the start (-1: unknown).
         wall, cpu: Wall and CPU seconds of the generation (the thread's or the
             child process's CPU).
     """
@@ -1181,13 +1189,13 @@ class _BackgroundGeneration:
         completed: int,
         num_trials: int,
         demand: int = 0,
+        queued: int = -1,
         mode: str = "thread",
     ) -> None:
         self.runs: list[list[GeneratorRun]] | None = None
         self.recorded: list[GeneratorRun] = []
         self.demand = demand
-        #: Runs in the orchestrator's queue when the refill started.
-        self.queued = -1
+        self.queued = queued
         self.error: Exception | None = None
         self.completed = completed
         self.num_trials = num_trials

@@ -695,14 +695,14 @@ def test_queue_target_lasts_through_the_slowest_refill(monkeypatch):
     # A slow refill (a refit) saw 10 requests, then quick ones saw 1 each: the
     # refills shrink back to k, but the queue keeps 2 x 10 runs in hand.
     refill_ends(10)
-    assert orchestrator._refill_size == orchestrator._queue_target == 20
+    assert orchestrator._refill_size == orchestrator.queue_target == 20
     refill_ends(1)
-    assert orchestrator._refill_size == k and orchestrator._queue_target == 20
+    assert orchestrator._refill_size == k and orchestrator.queue_target == 20
     assert queue_at(19) and not queue_at(20)
     assert [c.queued for c in orchestrator.generation_calls] == [5, 5]
     # The target never passes the lookahead.
     refill_ends(100)
-    assert orchestrator._queue_target == lookahead
+    assert orchestrator.queue_target == lookahead
     assert queue_at(lookahead - 1) and not queue_at(lookahead)
 
 
