@@ -89,7 +89,9 @@ batches of ``--batch``):
   the region model does not use the errors).
 - ``turbo-bkb-m2`` / ``turbo-bkb-m3`` / ``turbo-bkb-m5``: ``"turbo-bkb"`` with
   ``num_regions=2`` / ``3`` / ``5`` (TuRBO-m: that many trust regions, the batch
-  allocated across them by Thompson sampling).
+  allocated across them by Thompson sampling); ``turbo-bkb-m3-g0.1-path``: three
+  regions with ``region_fit="periodic"`` and ``thompson="pathwise"`` (each region
+  on its own refit schedule; for one point at a time).
 - ``turbo-bkb-mps`` (rows only, not runnable): ``"turbo-bkb"`` before its joint
   Thompson samples were drawn by ``NystromGP.sample_joint`` from a seeded
   generator (commit e822bdc; before, BoTorch's ``MaxPosteriorSampling`` drew them
@@ -284,6 +286,7 @@ METHODS = (
     "turbo-bkb-noise1-sem",
     "turbo-bkb-m2",
     "turbo-bkb-m3",
+    "turbo-bkb-m3-g0.1-path",
     "turbo-bkb-m5",
     "bbkb-r5",
     "bbkb-basin0.34",
@@ -398,6 +401,15 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-noise1-sem": ("turbo-bkb", {"noise_tolerance": 1.0}),
     "turbo-bkb-m2": ("turbo-bkb", {"num_regions": 2}),
     "turbo-bkb-m3": ("turbo-bkb", {"num_regions": 3}),
+    "turbo-bkb-m3-g0.1-path": (
+        "turbo-bkb",
+        {
+            "num_regions": 3,
+            "region_fit": "periodic",
+            "refit_growth": 0.1,
+            "thompson": "pathwise",
+        },
+    ),
     "turbo-bkb-m5": ("turbo-bkb", {"num_regions": 5}),
     "bbkb-r5": ("bbkb", {"num_restarts": 5}),
     "bbkb-basin0.34": ("bbkb", {"basin_share": 0.34}),

@@ -78,7 +78,7 @@ NeurIPS 2019) with the sketched GP as the region's model
 own data, model, state machine and restarts; region 0 starts from Ax's initial
 trials, the others from their own Sobol designs of ``2 d`` points, and a
 collapsed region restarts alone with a new design. At each call every region
-with enough data is fitted (cold, on its window, as above) and counts its
+with enough data is fitted (on its window, as above) and counts its
 points that arrived since it last counted (TuRBO's rule on observed values);
 the batch is first the design points still owed, then ``k`` points by Thompson
 sampling across the regions: the ``i``-th point is the maximiser of the
@@ -87,8 +87,9 @@ sampling across the regions: the ``i``-th point is the maximiser of the
 gets points in proportion to how good its samples look. Which region a point
 belongs to is Ax's candidate metadata of its arm (region, epoch, call), so it
 survives out-of-order completion, failed trials and JSON save/load. Each call
-fits ``m`` models; ``region_fit``, ``restart`` and ``incumbent`` take their
-defaults.
+fits ``m`` models (cold, or with ``region_fit="periodic"`` each on its own
+schedule, its kept hyperparameters in its record); ``restart`` and
+``incumbent`` take their defaults.
 
 **Parameter constraints and libraries.** Candidates that violate Ax's linear
 parameter constraints are dropped. With a ``candidate_set`` (a finite library),
@@ -233,27 +234,31 @@ REGION_FITS = ("cold", "periodic", "warm")
 #: Where a collapsed region starts again (module docstring, step 3).
 RESTARTS = ("sobol", "reopen")
 
-#: The options that several regions take at their defaults only.
-MULTI_REGION_DEFAULTS = {
-    "region_fit": "cold",
-    "restart": "sobol",
-    "incumbent": "observed",
+#: The values several regions take of the options measured with one region
+#: first (the first value is the default).
+MULTI_REGION_CHOICES: dict[str, tuple[str, ...]] = {
+    "region_fit": ("cold", "periodic"),
+    "restart": ("sobol",),
+    "incumbent": ("observed",),
 }
 
 
 def multi_region_options(options: dict[str, Any]) -> None:
     r"""Check that ``num_regions > 1`` comes with ``region_fit``, ``restart`` and
-    ``incumbent`` at their defaults (the other choices were measured with one
-    region only).
+    ``incumbent`` among :data:`MULTI_REGION_CHOICES` (``region_fit="warm"``,
+    ``restart="reopen"`` and ``incumbent="mean"`` were measured with one region
+    only).
 
     Raises:
         ValueError: Naming the option.
     """
-    for key, default in MULTI_REGION_DEFAULTS.items():
-        if options.get(key, default) != default:
+    for key, allowed in MULTI_REGION_CHOICES.items():
+        value = options.get(key, allowed[0])
+        if value not in allowed:
+            shown = " or ".join(repr(a) for a in allowed)
             raise ValueError(
-                f"num_regions={options['num_regions']!r} takes {key}={default!r} "
-                f"only, got {key}={options[key]!r}."
+                f"num_regions={options['num_regions']!r} takes {key}={shown} "
+                f"only, got {key}={value!r}."
             )
 
 
@@ -308,8 +313,9 @@ class TurboGenerator(TorchGenerator):
             BoTorch's ARD RBF on the encoded space); on a mixed space the two
             measured level (``benchmarks/results/large_budget.md``).
         num_regions: ``m``, the number of trust regions (TuRBO-m, module
-            docstring); ``1`` is TuRBO-1. With ``m > 1``, ``region_fit``,
-            ``restart`` and ``incumbent`` take their defaults only.
+            docstring); ``1`` is TuRBO-1. With ``m > 1``, ``region_fit`` is
+            ``"cold"`` or ``"periodic"``, ``restart`` and ``incumbent`` take
+            their defaults.
         region_max_points: At most this many of the region's points in its
             model: the ones nearest the best observation (Euclidean, in the
             unit cube), the others still counted by the region's state machine
@@ -618,17 +624,33 @@ class TurboGenerator(TorchGenerator):
                 for _ in range(self.num_regions - 1)
             ]
         models: dict[int, tuple[NystromGP, Tensor]] = {}
+        growth = float(self.model_options["refit_growth"])
+        fitted: list[bool | None] = [None] * len(records)
         for r, record in enumerate(records):
             rows = torch.tensor(region_rows(labels, r, record.epoch), dtype=torch.long)
             if rows.numel() < design:
                 continue
             calls = [(labels[i] or {}).get(CALL_KEY) for i in rows.tolist()]
             values = Y[rows].reshape(-1).tolist()
+            n_region = rows.numel()
             rows = rows[self._window(X[rows], Y[rows])]
+            hold = self.region_fit == "periodic" and hyperparameters_kept(
+                record.sketch, n_region, growth, record.fit_points
+            )
+            kept = {"refit_growth": growth, "refit_tolerance": None} if hold else {}
             model = fit_region_model(
                 X[rows], Y[rows], one_hot=self._one_hot,
-                **{"seed": self.seed, **self.model_options},
+                warm_start=record.sketch if hold else None,
+                **{"seed": self.seed, **self.model_options, **kept},
             )  # fmt: skip
+            fitted[r] = not hold
+            if self.region_fit == "periodic":
+                fit_points = record.fit_points if hold else n_region
+                record = replace(
+                    record,
+                    sketch=model.sketch_state().to_dict(),
+                    fit_points=fit_points,
+                )
             floor = self._noise_floor(
                 model, X[rows], None if Yvar is None else Yvar[rows]
             )
@@ -676,6 +698,7 @@ class TurboGenerator(TorchGenerator):
                 "restarts": sum(state.restarts for state in states),
                 "batch_size": q,
                 "regions": owners,
+                "fitted": fitted,
             }
         )
         out = self._from_unit(torch.cat(points).to(torch.float64))

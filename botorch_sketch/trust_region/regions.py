@@ -58,11 +58,18 @@ class RegionRecord:
         design_left: Points of its space-filling design still to propose.
         counted_call: The last call whose points its success test counted
             (``-1``: none).
+        sketch: Its model's last ``SketchState`` dict, whose hyperparameters a
+            periodic region keeps until its data grew by ``refit_growth``
+            (``None``: none kept, e.g. ``region_fit="cold"`` or a restart).
+        fit_points: The region's points (before any window) when those
+            hyperparameters were fitted (``None`` with ``sketch``).
     """
 
     state: TrustRegionState
     design_left: int = 0
     counted_call: int = -1
+    sketch: dict[str, Any] | None = None
+    fit_points: int | None = None
 
     def __post_init__(self) -> None:
         value = self.design_left
@@ -72,6 +79,8 @@ class RegionRecord:
             self.counted_call, int
         ):
             raise ValueError(f"counted_call must be an int, got {self.counted_call!r}.")
+        if (self.sketch is None) != (self.fit_points is None):
+            raise ValueError("sketch and fit_points come together or not at all.")
 
     @property
     def epoch(self) -> int:
@@ -81,24 +90,30 @@ class RegionRecord:
 
     def to_dict(self) -> dict[str, Any]:
         r"""A JSON-serialisable dict."""
-        return {
+        out = {
             "trust_region": self.state.to_dict(),
             "design_left": self.design_left,
             "counted_call": self.counted_call,
         }
+        if self.sketch is not None:
+            out.update(sketch_state=self.sketch, fit_points=self.fit_points)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RegionRecord:
         r"""The inverse of :meth:`to_dict`."""
+        fit_points = data.get("fit_points")
         return cls(
             state=TrustRegionState.from_dict(data["trust_region"]),
             design_left=int(data["design_left"]),
             counted_call=int(data["counted_call"]),
+            sketch=data.get("sketch_state"),
+            fit_points=None if fit_points is None else int(fit_points),
         )
 
     def restarted(self, design: int) -> RegionRecord:
         r"""The region started again: a fresh state, the next epoch, a design of
-        ``design`` points to propose."""
+        ``design`` points to propose, no hyperparameters kept."""
         return RegionRecord(
             state=restart_state(self.state),
             design_left=design,

@@ -81,7 +81,10 @@ def test_registered_with_its_options():
         ({"num_regions": 0}, "num_regions must be a positive int"),
         ({"num_regions": 2.0}, "num_regions must be a positive int"),
         ({"num_regions": 2, "restart": "reopen"}, "takes restart='sobol' only"),
-        ({"num_regions": 3, "region_fit": "warm"}, "takes region_fit='cold' only"),
+        (
+            {"num_regions": 3, "region_fit": "warm"},
+            "takes region_fit='cold' or 'periodic' only",
+        ),
         ({"num_regions": 2, "incumbent": "mean"}, "takes incumbent='observed'"),
         ({"region_max_points": 0}, "region_max_points must be a positive int"),
         ({"region_max_points": 2.5}, "region_max_points must be a positive int"),
@@ -397,7 +400,7 @@ def test_the_first_region_starts_at_length_init():
 @pytest.mark.parametrize(
     "region_fit, restart, num_regions",
     [("cold", "sobol", 1), ("periodic", "reopen", 1), ("warm", "sobol", 1),
-     ("cold", "sobol", 3)],
+     ("cold", "sobol", 3), ("periodic", "sobol", 2)],
 )  # fmt: skip
 def test_json_save_load_mid_run_continues_with_the_same_arms(
     tmp_path, region_fit, restart, num_regions
@@ -431,6 +434,8 @@ def test_json_save_load_mid_run_continues_with_the_same_arms(
         assert (region["sketch_state"] is not None) == (region_fit != "cold")
     else:  # the regions' labels came back from the JSON with the data
         assert len(region["regions"]) == num_regions
+        kept = [r.get("sketch_state") is not None for r in region["regions"]]
+        assert any(kept) == (region_fit == "periodic")
         assert all(r["counted_call"] >= 0 for r in region["regions"])
 
 
@@ -573,6 +578,45 @@ def test_several_regions_fit_their_windows_and_count_every_point(monkeypatch):
     values = completed_values(client)
     best = max(r["trust_region"]["best_value"] for r in state["regions"])
     assert best == pytest.approx(max(values))
+
+
+def test_several_periodic_regions_each_refit_on_their_own_schedule():
+    # Two regions, one point at a time, refit_growth = 0.5: a region keeps its
+    # hyperparameters (the same raw values) until its own points grew by half
+    # since its last fit, whichever region the points went to; a cold region
+    # fits at every call.
+    client = regions_client(num_regions=2, region_fit="periodic", refit_growth=0.5)
+    for _ in range(14):
+        for index, p in get_next_batch(client, max_batch_size=1).items():
+            client.complete_trial(index, raw_data=evaluate("branin", p))
+    runs = region_runs(client)
+    seen = []
+    for gr in runs:
+        records = gr._generator_state_after_gen["region_state"]["regions"]
+        for r, (record, fitted) in enumerate(
+            zip(records, gr.gen_metadata["fitted"], strict=True)
+        ):
+            if fitted is None:
+                continue
+            sketch = record["sketch_state"]
+            seen.append((r, fitted, record["fit_points"], sketch["hyperparameters"]))
+    assert any(not fitted for _, fitted, _, _ in seen)
+    for r in (0, 1):
+        mine = [s for s in seen if s[0] == r]
+        assert mine and mine[0][1]  # a region's first model is fitted
+        for (_, _, base, raw), (_, fitted, points, raw_next) in zip(
+            mine, mine[1:], strict=False
+        ):
+            if fitted:
+                assert points >= 1.5 * base  # refitted once grown by half
+            else:
+                assert points == base and raw_next == raw  # kept unchanged
+    cold = regions_client(num_regions=2)
+    for _ in range(4):
+        for index, p in get_next_batch(cold, max_batch_size=1).items():
+            cold.complete_trial(index, raw_data=evaluate("branin", p))
+    flags = [f for gr in region_runs(cold) for f in gr.gen_metadata["fitted"]]
+    assert all(f in (None, True) for f in flags) and True in flags
 
 
 def label_of(client: Client, index: int) -> dict:

@@ -37,6 +37,12 @@ def test_record_round_trips_and_rejects_bad_fields():
         RegionRecord(r.state, design_left=1.5)
     with pytest.raises(ValueError, match="counted_call must be an int"):
         RegionRecord(r.state, counted_call=None)
+    # A periodic region's kept fit travels with it (and only as a pair).
+    kept = RegionRecord(r.state, sketch={"num_fit_points": 9}, fit_points=9)
+    assert RegionRecord.from_dict(kept.to_dict()) == kept
+    assert "sketch_state" not in r.to_dict()
+    with pytest.raises(ValueError, match="sketch and fit_points come together"):
+        RegionRecord(r.state, sketch={"num_fit_points": 9})
 
 
 def test_unlabelled_rows_are_region_zeros_first_epoch_only():
@@ -98,3 +104,5 @@ def test_a_restarted_region_starts_a_new_epoch_with_a_design():
     assert again.epoch == 2 and again.design_left == DESIGN
     assert again.state.length == 0.8 and math.isinf(again.state.best_value)
     assert again.state.restarts == 2 and again.counted_call == 5
+    kept = RegionRecord(r.state, sketch={"num_fit_points": 9}, fit_points=9)
+    assert kept.restarted(DESIGN).sketch is None  # the new epoch fits afresh
