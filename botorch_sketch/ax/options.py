@@ -23,6 +23,7 @@ from botorch_sketch.ax.turbo import (
     RESTARTS,
     multi_region_options,
 )
+from botorch_sketch.models.budget import EXACT_WINDOWS
 from botorch_sketch.models.validation import check_seed
 from botorch_sketch.trust_region.candidates import THOMPSON_SAMPLERS
 
@@ -138,6 +139,7 @@ VALIDATORS: dict[str, Validator] = {
     "max_dictionary_size": _optional(_device_or(_positive_int)),
     "fit_subset_size": _optional(_device_or(_positive_int)),
     "exact_max_n": _non_negative_int,
+    "exact_window": _one_of(*EXACT_WINDOWS),
     "refit_growth": _finite(0.0, strict=False),
     "refit_tolerance": _finite(0.0, strict=False),
     "refit_max_iterations": _positive_int,

@@ -130,6 +130,9 @@ _SKETCH_OPTIONS: dict[str, Any] = {
     "max_dictionary_size": DEFAULT_MAX_DICTIONARY_SIZE,
     "fit_subset_size": DEFAULT_FIT_SUBSET_SIZE,
     "exact_max_n": DEFAULT_EXACT_MAX_N,
+    # An acquisition function evaluates the posterior thousands of times per
+    # call: the exact posterior only where it costs no more than the sketch.
+    "exact_window": "posterior",
     "refit_growth": FIT_OPTION_DEFAULTS["refit_growth"],
     "refit_tolerance": FIT_OPTION_DEFAULTS["refit_tolerance"],
     "refit_max_iterations": FIT_OPTION_DEFAULTS["refit_max_iterations"],

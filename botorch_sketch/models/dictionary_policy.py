@@ -30,8 +30,14 @@ sampling (Calandriello et al., COLT 2019, Sec. 3.1):
 * The regime guard: ``n <= exact_max_n``, or a draw keeping at least
   ``EXACT_FRACTION`` of the points within the budget, uses every point (the
   exact GP, at about the same cost); so does a draw that the device budget
-  stopped short of the criterion when the exact posterior costs no more than the
-  sketch at the cap (:meth:`LeverageScorePolicy.exact_is_cheaper`). With
+  stopped short of the criterion when the device affords the exact posterior
+  (:meth:`LeverageScorePolicy.exact_is_cheaper`) within ``exact_window``: by
+  default (``"build"``) where its caches fit the time of a whole model build,
+  for a model predicted a few times per fit (the cost of every later
+  evaluation is then ``O(n^2)`` per point, as ``SingleTaskGP``'s); with
+  ``"posterior"`` only where they cost no more than the sketch at the cap, for
+  a model whose posterior an acquisition function evaluates thousands of times
+  (the Ax strategies; :mod:`~botorch_sketch.models.budget`). With
   ``exact_when_affordable`` every point is used wherever the device budget
   affords the exact posterior, before any draw (a model rebuilt at every call
   and sampled jointly once, such as a trust region's).
@@ -55,6 +61,7 @@ from gpytorch.module import Module
 from torch import Tensor
 
 from botorch_sketch.models.budget import (
+    EXACT_WINDOWS,
     device_affords_exact,
     device_dictionary_cap,
     device_facts,
@@ -85,6 +92,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_EXACT_MAX_N",
+    "DEFAULT_EXACT_WINDOW",
     "DEFAULT_MAX_DICTIONARY_SIZE",
     "DEFAULT_RESIDUAL_TOLERANCE",
     "DEVICE_BUDGET",
@@ -100,6 +108,10 @@ DEVICE_BUDGET = "device"
 
 #: Default sketch budget ``m_max``: the device-derived cap.
 DEFAULT_MAX_DICTIONARY_SIZE = DEVICE_BUDGET
+
+#: Default ``exact_window`` of :class:`LeverageScorePolicy` (``NystromGP``'s;
+#: the Ax strategies pass ``"posterior"``).
+DEFAULT_EXACT_WINDOW = "build"
 
 #: Default target of the mean Nyström residual over the noise.
 DEFAULT_RESIDUAL_TOLERANCE = 0.05
@@ -216,6 +228,12 @@ class LeverageScorePolicy(DictionaryPolicy):
         exact_when_affordable: Use every point, without drawing, wherever the
             ``"device"`` budget affords the exact posterior
             (:meth:`affords_exact`).
+        exact_window: Where the ``"device"`` budget affords the exact
+            posterior (:data:`~botorch_sketch.models.budget.EXACT_WINDOWS`):
+            ``"build"`` (its caches fit a model build's time; a model fitted
+            and then predicted) or ``"posterior"`` (they cost no more than the
+            capped sketch's; a model an acquisition function evaluates
+            thousands of times per fit).
     """
 
     q_bar: float = 2.0
@@ -227,6 +245,7 @@ class LeverageScorePolicy(DictionaryPolicy):
     evaluation_size: int | None = 2000
     max_growth_rounds: int = 6
     exact_when_affordable: bool = False
+    exact_window: str = DEFAULT_EXACT_WINDOW
 
     def __post_init__(self) -> None:
         q_bar = self.q_bar
@@ -262,6 +281,11 @@ class LeverageScorePolicy(DictionaryPolicy):
             raise TypeError(
                 "exact_when_affordable must be a bool, got "
                 f"{self.exact_when_affordable!r}."
+            )
+        if self.exact_window not in EXACT_WINDOWS:
+            raise ValueError(
+                f"exact_window must be one of {EXACT_WINDOWS}, got "
+                f"{self.exact_window!r}."
             )
 
     def cap(
@@ -325,10 +349,14 @@ class LeverageScorePolicy(DictionaryPolicy):
             return every._replace(reason="the draw kept most points")
         if self.exact_is_cheaper(draw, X):
             rho = "unchecked" if draw.residual is None else f"{draw.residual:.3g}"
+            afford = (
+                "its caches fit a model build's time"
+                if self.exact_window == "build"
+                else "it costs no more than the sketch at the cap"
+            )
             return every._replace(
                 reason=f"the capped sketch's mean Nystrom residual ({rho} noise "
-                "variances) misses residual_tolerance; the exact posterior costs no "
-                "more than the sketch at the cap"
+                f"variances) misses residual_tolerance; the exact posterior: {afford}"
             )
         return draw
 
@@ -344,12 +372,14 @@ class LeverageScorePolicy(DictionaryPolicy):
         point's exact posterior on ``X`` (``n x d``): its cost ``E(n)`` at most
         the sketch's at the device cap and its ``n x n`` blocks fitting
         (:func:`~botorch_sketch.models.budget.device_affords_exact`; one CPU
-        thread: about 2,900 points at ``d = 10``). Never under a user's budget."""
+        thread: about 2,900 points at ``d = 10`` in the ``"posterior"``
+        window, 5,100 in the ``"build"`` one). Never under a user's budget."""
         if not self.device_budgeted:
             return False
         n, d = X.shape[-2], X.shape[-1]
         facts = device_facts(X.device, X.dtype)
-        return device_affords_exact(facts, n, d, device_dictionary_cap(facts, n, d))
+        cap = device_dictionary_cap(facts, n, d)
+        return device_affords_exact(facts, n, d, cap, window=self.exact_window)
 
     def exact_fits(self, X: Tensor) -> bool:
         r"""Whether every point's exact posterior fits the device's memory rule
@@ -365,8 +395,9 @@ class LeverageScorePolicy(DictionaryPolicy):
 
         So it does when the budget is ``"device"`` (no memory budget), the budget
         bound the draw, the draw misses ``residual_tolerance`` (or was not
-        checked: a redraw) and the exact posterior costs no more than the sketch
-        at the cap (:func:`~botorch_sketch.models.budget.device_affords_exact`).
+        checked: a redraw) and the device affords the exact posterior in
+        ``exact_window`` (:func:`~botorch_sketch.models.budget.
+        device_affords_exact`).
         """
         if not self.device_budgeted or not draw.capped or draw.cap is None:
             return False
@@ -374,15 +405,17 @@ class LeverageScorePolicy(DictionaryPolicy):
         if tol is not None and rho is not None and rho <= tol:
             return False
         n, d = X.shape[-2], X.shape[-1]
-        if not device_affords_exact(device_facts(X.device, X.dtype), n, d, draw.cap):
+        facts = device_facts(X.device, X.dtype)
+        if not device_affords_exact(facts, n, d, draw.cap, window=self.exact_window):
             return False
         logger.info(
             "NystromGP dictionary: every point (the exact GP) instead of %d of %d "
             "(the budget bound the draw; mean Nystrom residual %s noise "
-            "variances): its posterior costs no more than the capped sketch's.",
+            "variances): the device affords its posterior (exact_window=%r).",
             draw.indices.numel(),
             n,
             "unchecked" if rho is None else f"{rho:.3g}",
+            self.exact_window,
         )
         return True
 

@@ -164,6 +164,7 @@ class NystromGP(
         seed: int | None = None,
         memory_budget_gb: float | None = None,
         exact_max_n: int = DEFAULT_EXACT_MAX_N,
+        exact_window: str = POLICY_OPTION_DEFAULTS["exact_window"],
         warm_start: SketchState | dict[str, Any] | None = None,
         refit_growth: float = FIT_OPTION_DEFAULTS["refit_growth"],
         refit_tolerance: float | None = FIT_OPTION_DEFAULTS["refit_tolerance"],
@@ -187,8 +188,8 @@ class NystromGP(
             outcome_transform: Defaults to ``Standardize(m)``; ``None`` disables.
             input_transform: An input transform without trainable parameters
                 (e.g. ``Normalize``).
-            q_bar, max_dictionary_size, seed, memory_budget_gb, exact_max_n: The
-                fields of the default :class:`~botorch_sketch.models.
+            q_bar, max_dictionary_size, seed, memory_budget_gb, exact_max_n,
+                exact_window: The fields of the default :class:`~botorch_sketch.models.
                 dictionary_policy.LeverageScorePolicy` (not with
                 ``dictionary_policy``).
             dictionary: ``None`` (drawn by the policy when first needed, i.e. at
@@ -215,6 +216,7 @@ class NystromGP(
             max_dictionary_size=max_dictionary_size,
             memory_budget_gb=memory_budget_gb,
             exact_max_n=exact_max_n,
+            exact_window=exact_window,
             seed=seed,
             fit_subset_size=fit_subset_size,
             objective=objective,
@@ -295,6 +297,7 @@ class NystromGP(
     max_dictionary_size = option_property("dictionary_policy", "max_dictionary_size")
     memory_budget_gb = option_property("dictionary_policy", "memory_budget_gb")
     exact_max_n = option_property("dictionary_policy", "exact_max_n")
+    exact_window = option_property("dictionary_policy", "exact_window")
     seed = option_property("dictionary_policy", "seed")
     fit_subset_size = option_property("fit_options", "fit_subset_size")
     objective = option_property("fit_options", "objective")

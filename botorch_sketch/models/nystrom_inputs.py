@@ -56,7 +56,14 @@ def _field_defaults(cls: type, names: tuple[str, ...]) -> dict[str, Any]:
 #: their defaults (those of :class:`LeverageScorePolicy`).
 POLICY_OPTION_DEFAULTS: Mapping[str, Any] = _field_defaults(
     LeverageScorePolicy,
-    ("q_bar", "max_dictionary_size", "memory_budget_gb", "exact_max_n", "seed"),
+    (
+        "q_bar",
+        "max_dictionary_size",
+        "memory_budget_gb",
+        "exact_max_n",
+        "exact_window",
+        "seed",
+    ),
 )
 
 #: The flat constructor options that build the fit options, with their defaults

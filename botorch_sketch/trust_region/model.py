@@ -207,6 +207,7 @@ def fit_region_model(
         and model_options.get("dictionary_policy") is None
     ):
         flat = {k: v for k, v in model_options.items() if k in POLICY_OPTION_DEFAULTS}
+        flat.setdefault("exact_window", "posterior")
         model_options = {k: v for k, v in model_options.items() if k not in flat}
         model_options["dictionary_policy"] = LeverageScorePolicy(
             **flat, seed=seed, exact_when_affordable=True

@@ -18,6 +18,7 @@ from botorch_sketch.models.budget import (
     EXACT_MEMORY_BLOCKS,
     FIT_EFFICIENCY,
     FIT_EVALUATIONS,
+    FIT_SECONDS,
     MEMORY_BLOCKS,
     MIN_FIT_SUBSET_SIZE,
     REFINE_EFFICIENCY,
@@ -320,7 +321,7 @@ def test_every_point_when_the_capped_sketch_misses_and_exact_costs_less(monkeypa
     model = NystromGP(X, Y, dictionary_policy=policy).eval()
     assert model.dictionary_size == 300 and not model.dictionary_capped
     reason = model.dictionary_report["exact_reason"]
-    assert "misses residual_tolerance" in reason and "costs no more" in reason
+    assert "misses residual_tolerance" in reason and "model build's time" in reason
     assert model._posterior_cache()["factor"] is None  # the exact predictor
     twin = NystromGP(X, Y, dictionary="all").eval()
     twin.load_state_dict(model.state_dict())
@@ -338,6 +339,42 @@ def test_every_point_when_the_capped_sketch_misses_and_exact_costs_less(monkeypa
     rate["flops"] = 3e6  # the cap is a few tens: E(300) > F(cap)
     slow = NystromGP(X, Y, dictionary_policy=policy)
     assert slow.dictionary_size < 100 and slow.dictionary_capped
+    # Between the windows: the exact caches cost more than the capped sketch's
+    # (E(300) > F(cap)) but fit a model build's time, so the default "build"
+    # window takes every point and "posterior" (the Ax strategies') the sketch.
+    rate["flops"] = 2e7
+    cap = device_dictionary_cap(fake(), 300, 2)
+    assert exact_posterior_flops(300, 2) > posterior_cache_flops(300, cap, 2)
+    built = NystromGP(X, Y, dictionary_policy=policy)
+    assert built.dictionary_size == 300 and built.exact_window == "build"
+    posterior = replace(policy, exact_window="posterior")
+    sketched = NystromGP(X, Y, dictionary_policy=posterior)
+    assert sketched.dictionary_size <= cap and sketched.dictionary_capped
+    flat = NystromGP(X, Y, seed=0, exact_max_n=0, exact_window="posterior")
+    assert flat.dictionary_policy.exact_window == "posterior"
+
+
+def test_the_build_window_holds_the_posterior_window():
+    # The exact posterior where its caches fit a model build's time: on one CPU
+    # (the modelled rate) up to about 5,100 points whatever d, against about
+    # 2,900 where they must cost no more than the capped sketch's.
+    cpu = DeviceFacts(flop_rate=CPU_FLOP_RATE, free_memory=8 * 2**30)
+    for d in (2, 6, 20):
+        for n in (1_000, 2_000, 2_900, 4_000, 5_000, 5_200, 8_000):
+            cap = device_dictionary_cap(cpu, n, d)
+            post = device_affords_exact(cpu, n, d, cap)
+            build = device_affords_exact(cpu, n, d, cap, window="build")
+            assert build or not post
+            expected = exact_posterior_flops(n, d) <= CPU_FLOP_RATE * (
+                sketch_time_budget(n) + FIT_SECONDS
+            )
+            assert build is expected
+            assert build is (n <= 5_000)
+        assert not device_affords_exact(cpu, 4_000, d, cap)
+    with pytest.raises(ValueError, match="window must be one of"):
+        device_affords_exact(cpu, 100, 2, 10, window="all")
+    with pytest.raises(ValueError, match="exact_window must be one of"):
+        LeverageScorePolicy(exact_window="exact")
 
 
 def test_a_draw_that_keeps_most_points_goes_exact_only_where_it_fits(monkeypatch):
