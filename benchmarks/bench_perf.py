@@ -627,6 +627,13 @@ def plot(path: pathlib.Path, curves: dict[str, BanditResult]) -> None:
 ENGINE_CONFIGS = {
     "std": ("standardized", 12.5, {"beta": "reference_code", "xi": NOISE_STD}),
     "hard": ("minmax", 0.6, {}),
+    # The same with coupled dictionary resampling (BBKBConfig.resampling).
+    "std-coupled": (
+        "standardized",
+        12.5,
+        {"beta": "reference_code", "xi": NOISE_STD, "resampling": "coupled"},
+    ),
+    "hard-coupled": ("minmax", 0.6, {"resampling": "coupled"}),
 }
 
 
@@ -641,7 +648,7 @@ def engine_worker(
     if dtype is not None:
         opts = {**opts, "dtype": dtype}
     X, f = cadata(scaling)
-    if name == "std":
+    if name.startswith("std"):
         g = torch.Generator().manual_seed(seed)
         init = torch.randperm(X.shape[0], generator=g)[:2]
         opts = {**opts, "F": 1.0, "delta": 1.0 / T, "init": init}

@@ -957,6 +957,7 @@ def sample_dictionary(
     generator: torch.Generator | None = None,
     max_redraws: int = 10,
     repeats: str = "union",
+    uniforms: Tensor | None = None,
 ) -> DictionaryDraw:
     r"""Draw a dictionary by posterior-variance (ridge leverage score) sampling.
 
@@ -967,6 +968,12 @@ def sample_dictionary(
     redraw up to ``max_redraws`` times, and if every draw is empty keep the single
     point with the largest probability (lowest index on ties).
 
+    With ``uniforms`` (one fixed ``U(0, 1)`` number per point) the coin of point
+    ``i`` is ``u_i < p_i``: each draw keeps every point with its probability
+    ``p_i``, as the independent coins do, but two draws from nearby
+    probabilities keep nearly the same points (a coupled draw; an empty one
+    keeps the argmax, without redraws).
+
     Args:
         variances: ``n`` posterior variances in RLS units.
         q_bar: Oversampling factor, ``> 0``.
@@ -975,6 +982,7 @@ def sample_dictionary(
         max_redraws: Number of redraws before the argmax fallback.
         repeats: Rule for repeated points, ``"union"`` (default) or
             ``"per_pull"`` (:func:`rls_inclusion_probabilities`).
+        uniforms: Optional ``n`` numbers in ``[0, 1)``: the coupled draw.
 
     Returns:
         A :class:`DictionaryDraw`.
@@ -987,6 +995,16 @@ def sample_dictionary(
     if torch.isnan(variances).any():
         raise ValueError("variances contain NaN.")
     p = rls_inclusion_probabilities(variances, q_bar, counts, repeats)
+    if uniforms is not None:
+        if uniforms.shape != p.shape:
+            raise ValueError(
+                f"uniforms must have shape {tuple(p.shape)}, got "
+                f"{tuple(uniforms.shape)}."
+            )
+        max_redraws = -1  # the coupled draw below, then the argmax fallback
+        selected = uniforms.to(p) < p
+        if selected.any():
+            return DictionaryDraw(selected, p, False)
     for _ in range(max_redraws + 1):
         u = torch.rand(p.shape, generator=generator, dtype=p.dtype, device="cpu")
         selected = u.to(p.device) < p

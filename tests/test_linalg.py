@@ -239,6 +239,34 @@ def test_sample_dictionary_frequencies_seed_and_fallback():
         linalg.sample_dictionary(torch.zeros(0, dtype=DT), 1.0)
 
 
+def test_coupled_draws_keep_the_marginals_and_move_only_crossed_points():
+    # One fixed uniform per point: each draw keeps point i with probability
+    # p_i over the uniforms' distribution, and a draw from probabilities that
+    # moved keeps exactly the points whose uniform lies below the new p_i.
+    var = torch.tensor([0.05, 0.25, 0.45, 2.0], dtype=DT)
+    p = torch.tensor([0.05, 0.25, 0.45, 1.0], dtype=DT)
+    U = torch.rand(4000, 4, generator=torch.Generator().manual_seed(5), dtype=DT)
+    draws = torch.stack(
+        [linalg.sample_dictionary(var, 1.0, uniforms=u).selected for u in U]
+    )
+    tol = 4 * (p * (1 - p) / 4000).sqrt() + 1e-12
+    assert ((draws.to(DT).mean(0) - p).abs() <= tol).all()
+    u = torch.tensor([0.30, 0.20, 0.50, 0.99], dtype=DT)
+    first = linalg.sample_dictionary(var, 1.0, uniforms=u).selected
+    assert first.tolist() == [False, True, False, True]
+    moved = linalg.sample_dictionary(var * 0.7, 1.0, uniforms=u).selected
+    assert moved.tolist() == [False, False, False, True]  # 0.175 < 0.20 only
+    g = torch.Generator().manual_seed(0)
+    before = g.get_state()
+    linalg.sample_dictionary(var, 1.0, generator=g, uniforms=u)
+    assert torch.equal(g.get_state(), before)  # no fresh coins drawn
+    tiny = torch.tensor([1e-30, 3e-30, 2e-30], dtype=DT)
+    draw = linalg.sample_dictionary(tiny, 1.0, uniforms=torch.full((3,), 0.5))
+    assert draw.fallback and draw.selected.tolist() == [False, True, False]
+    with pytest.raises(ValueError, match="uniforms must have shape"):
+        linalg.sample_dictionary(var, 1.0, uniforms=u[:3])
+
+
 @pytest.mark.parametrize("repeats", ["union", "per_pull"])
 def test_sample_dictionary_with_counts_follows_the_repeat_rule(repeats):
     var = torch.tensor([0.05, 0.1, 0.3], dtype=DT)

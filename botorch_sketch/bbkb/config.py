@@ -24,7 +24,16 @@ from botorch_sketch.bbkb.selection import DEFAULT_POOL_SIZE
 from botorch_sketch.bbkb.state import DEFAULT_CHUNK_SIZE
 from botorch_sketch.bbkb.stopping import StoppingRule
 
-__all__ = ["BBKBConfig", "DEFAULT_DELTA", "RESPARSIFY_MODES", "RULE_NAMES"]
+__all__ = [
+    "BBKBConfig",
+    "DEFAULT_DELTA",
+    "RESAMPLING_MODES",
+    "RESPARSIFY_MODES",
+    "RULE_NAMES",
+]
+
+#: Dictionary resampling coins (``BBKBConfig.resampling``).
+RESAMPLING_MODES = ("independent", "coupled")
 
 #: Resparsification paths (``BBKBConfig.resparsify``).
 RESPARSIFY_MODES = ("auto", "incremental", "rebuild")
@@ -65,6 +74,18 @@ class BBKBConfig:
             :class:`~botorch_sketch.bbkb.learning.KernelLearning` schedule.
         repeats: ``"union"`` or ``"per_pull"``
             (:func:`~botorch_sketch.linalg.rls_inclusion_probabilities`).
+        resampling: ``"independent"`` (fresh coins at every resampling, Alg. 1
+            L11-L16) or ``"coupled"`` (one fixed uniform per arm, drawn once
+            from the run's generator: arm ``a`` is in the dictionary while
+            ``u_a < p_a``, :func:`~botorch_sketch.linalg.sample_dictionary`).
+            Each draw has the paper's marginal probabilities, but consecutive
+            dictionaries differ only where the probabilities crossed the
+            arms' uniforms, so an incremental resparsification moves few
+            points instead of re-drawing every uncertain one. The coins of
+            different batches are then dependent, which the papers' analysis
+            (Calandriello et al., COLT 2019 Thm. 1; ICML 2020 Thm. 2) does not
+            cover: a measured choice (``benchmarks/results/``), not the
+            paper's.
         resparsify: ``"auto"``, ``"incremental"`` or ``"rebuild"``.
         embedding_bytes: Memory budget (bytes) of the incremental path's ``A x
             m`` embeddings (``1.5 A m`` floats with the buffer's slack).
@@ -91,6 +112,7 @@ class BBKBConfig:
     F: float = 1.0
     learn: bool | KernelLearning = False
     repeats: str = "union"
+    resampling: str = "independent"
     resparsify: str = "auto"
     embedding_bytes: int = 2**31
     chunk_size: int = DEFAULT_CHUNK_SIZE
@@ -134,6 +156,11 @@ class BBKBConfig:
         if self.repeats not in linalg.REPEAT_RULES:
             raise ValueError(
                 f"repeats must be one of {linalg.REPEAT_RULES}, got {self.repeats!r}."
+            )
+        if self.resampling not in RESAMPLING_MODES:
+            raise ValueError(
+                f"resampling must be one of {RESAMPLING_MODES}, got "
+                f"{self.resampling!r}."
             )
         if self.resparsify not in RESPARSIFY_MODES:
             raise ValueError(

@@ -180,6 +180,14 @@ class BBKBEngine:
         self.generator = generator if generator is not None else torch.Generator()
         if generator is None:
             self.generator.seed()
+        #: Seed of the arms' fixed uniforms (``resampling="coupled"``), drawn
+        #: from the run's generator; ``None`` with independent coins.
+        self.coupling_seed: int | None = None
+        if cfg.resampling == "coupled":
+            self.coupling_seed = int(
+                torch.randint(2**62, (1,), generator=self.generator)
+            )
+        self._uniforms: Tensor | None = None
         self.learner = _make_learner(cfg.learn, kernel, self.arms)
         self._keeper = self._keeper_for(kernel if self.learner is None else None)
         A = self.arms.shape[0]
@@ -216,6 +224,18 @@ class BBKBEngine:
     def kernel(self) -> Kernel:
         """The kernel in use (with learning: the learned trainable copy)."""
         return self._keeper.kernel.module
+
+    @property
+    def arm_uniforms(self) -> Tensor | None:
+        r"""The ``A`` fixed uniforms of ``resampling="coupled"`` (on the CPU,
+        the compute dtype; from :attr:`coupling_seed`), else ``None``."""
+        if self.coupling_seed is None:
+            return None
+        if self._uniforms is None:
+            g = torch.Generator().manual_seed(self.coupling_seed)
+            A = self.arms.shape[0]
+            self._uniforms = torch.rand(A, generator=g, dtype=self.arms.dtype)
+        return self._uniforms
 
     @property
     def kernel_fits(self) -> list[KernelFit]:
@@ -389,6 +409,8 @@ class BBKBEngine:
                 self.generator.get_state().numpy().tobytes()
             ).decode("ascii"),
         }
+        if self.coupling_seed is not None:
+            out["coupling_seed"] = self.coupling_seed
         if self.learner is not None:
             out["learner"] = {
                 "misfit_variance": self.learner.misfit_variance,
@@ -434,6 +456,15 @@ class BBKBEngine:
         self._keeper = self._keeper_for(None if learner is not None else module)
         for key, value in checkpoint["schedule"].items():
             setattr(self.schedule, key, value)
+        if (self.coupling_seed is None) != ("coupling_seed" not in checkpoint):
+            raise ValueError(
+                "the checkpoint's dictionary resampling (coupled: "
+                f"{'coupling_seed' in checkpoint}) differs from this engine's "
+                f"({self.config.resampling!r})."
+            )
+        if self.coupling_seed is not None:
+            self.coupling_seed = int(checkpoint["coupling_seed"])
+            self._uniforms = None
         raw = base64.b64decode(checkpoint["generator"])
         self.generator.set_state(torch.frombuffer(bytearray(raw), dtype=torch.uint8))
         self._record(idx, y)
@@ -528,9 +559,11 @@ class BBKBEngine:
             # dictionary below with the new kernel's variances.
             state = self._keeper(state.S_idx, self.counts, self.reward_sums)
         pulled = (self.counts > 0).nonzero().squeeze(-1)
+        uniforms = self.arm_uniforms
         draw = linalg.sample_dictionary(
             state.s2_0[pulled], self.q_bar, self.counts[pulled], self.generator,
             repeats=self.repeats,
+            uniforms=None if uniforms is None else uniforms[pulled.cpu()],
         )  # fmt: skip
         if draw.fallback:
             logger.info(

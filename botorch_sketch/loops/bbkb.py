@@ -389,6 +389,7 @@ def run_bbkb(
     pool_size: int | None = _D.pool_size,
     kernel_cache_bytes: int = _D.kernel_cache_bytes,
     repeats: str = _D.repeats,
+    resampling: str = _D.resampling,
     resparsify: str = _D.resparsify,
     embedding_bytes: int = _D.embedding_bytes,
     learn: bool | KernelLearning = _D.learn,
@@ -451,6 +452,10 @@ def run_bbkb(
             ``"per_pull"`` (Alg. 1 L12-L15 literally, one coin per pull); see
             :func:`~botorch_sketch.linalg.rls_inclusion_probabilities` for the
             measured difference.
+        resampling: ``"independent"`` (default, fresh coins at every
+            resparsification, Alg. 1) or ``"coupled"`` (one fixed uniform per
+            arm: consecutive dictionaries differ only where the probabilities
+            moved; :class:`~botorch_sketch.bbkb.config.BBKBConfig`).
         resparsify: How the state follows a resparsification: ``"incremental"``
             (:class:`~botorch_sketch.bbkb.state.IncrementalState`: only the new
             pulls and the dictionary points that leave or enter are applied,
@@ -504,7 +509,8 @@ def run_bbkb(
     options = {
         "C": C, "q_bar": q_bar, "rule": rule, "beta": beta, "xi": xi,
         "delta": delta, "F": F, "learn": learn, "repeats": repeats,
-        "resparsify": resparsify, "embedding_bytes": embedding_bytes,
+        "resampling": resampling, "resparsify": resparsify,
+        "embedding_bytes": embedding_bytes,
         "chunk_size": chunk_size, "kernel_cache": kernel_cache,
         "kernel_cache_bytes": kernel_cache_bytes, "pool_size": pool_size,
         "lazy": lazy, "dtype": dtype,

@@ -23,7 +23,8 @@ def test_run_bbkb_keywords_default_to_the_config():
     [
         {"C": 0.5}, {"C": True}, {"q_bar": 0}, {"rule": "nope"}, {"beta": "x"},
         {"beta": -1.0}, {"xi": 0.0}, {"delta": 1.0}, {"F": -1}, {"learn": 3},
-        {"repeats": "x"}, {"resparsify": "x"}, {"embedding_bytes": 0},
+        {"repeats": "x"}, {"resampling": "fixed"}, {"resparsify": "x"},
+        {"embedding_bytes": 0},
         {"chunk_size": 1.5}, {"kernel_cache_bytes": -1}, {"pool_size": 0},
         {"lazy": 1}, {"kernel_cache": "yes"}, {"dtype": torch.int64},
     ],

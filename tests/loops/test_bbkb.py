@@ -553,6 +553,40 @@ def test_checkpoints_resume_a_fresh_run():
         run_oracle(X, oracle, 10, resume=ref)
 
 
+def test_coupled_resampling_moves_fewer_points_and_checkpoints():
+    # resampling="coupled": each arm keeps one uniform for the whole run, so
+    # consecutive dictionaries share more points than with fresh coins; the
+    # run is reproducible, and a checkpoint carries the uniforms' seed, so a
+    # fresh engine resumes with the same arms (a checkpoint of the other mode
+    # is refused).
+    import json
+
+    X, f = problem()
+    churn = {}
+    for mode in ("independent", "coupled"):
+        dicts = []
+        res = run_oracle(
+            X, FaultyOracle(f), 150, seed=3, resampling=mode,
+            checkpoint=lambda c, d=dicts: d.append(c),
+        )  # fmt: skip
+        sets = [set(c.to_dict()["engine"]["dictionary"]) for c in dicts]
+        churn[mode] = sum(len(a ^ b) for a, b in zip(sets, sets[1:], strict=False))
+        if mode == "coupled":
+            again = run_oracle(X, FaultyOracle(f), 150, seed=3, resampling=mode)
+            assert torch.equal(res.arms, again.arms)
+            ckpt, ref = dicts[6], res
+    assert churn["coupled"] < 0.5 * churn["independent"], churn
+    data = json.loads(json.dumps(ckpt.to_dict()))
+    assert "coupling_seed" in data["engine"]
+    restored = run_bbkb_module.BBKBCheckpoint.from_dict(data)
+    oracle = FaultyOracle(f)
+    oracle.base(torch.tensor(ckpt.arms))
+    res = run_oracle(X, oracle, 150, seed=99, resampling="coupled", resume=restored)
+    assert torch.equal(res.arms, ref.arms)
+    with pytest.raises(ValueError, match="resampling"):
+        run_oracle(X, FaultyOracle(f), 150, seed=99, resume=restored)
+
+
 def test_progress_without_tqdm_runs_silently(monkeypatch):
     import sys
 
