@@ -95,6 +95,7 @@ LIBRARY_OPTIONS: dict[str, Any] = {
     "lengthscale": 0.2,
     "standardize": True,
     "schedule": "paper",
+    "resampling": "independent",
 }
 
 
@@ -144,6 +145,8 @@ class BBKBLibraryGenerator(TorchGenerator):
         schedule: ``"paper"`` or ``"reference_code"`` ``beta~`` (when neither
             ``alpha`` nor ``beta`` is given).
         learn: Refit the kernel's lengthscales on the engine's schedule.
+        resampling: The engine's dictionary coins, ``"independent"`` (Alg. 1)
+            or ``"coupled"`` (:class:`~botorch_sketch.bbkb.config.BBKBConfig`).
         lengthscale: Initial lengthscale (unit-cube inputs).
         standardize: Standardize rewards with the statistics at the start.
         max_batch_size: Cap on ``k`` besides Ax's ``n``.
@@ -166,6 +169,7 @@ class BBKBLibraryGenerator(TorchGenerator):
         learn: bool = LIBRARY_OPTIONS["learn"],
         lengthscale: float = LIBRARY_OPTIONS["lengthscale"],
         standardize: bool = LIBRARY_OPTIONS["standardize"],
+        resampling: str = LIBRARY_OPTIONS["resampling"],
         max_batch_size: int | None = None,
         min_batch_size: int = 1,
         allow_repeats: bool = False,
@@ -182,6 +186,7 @@ class BBKBLibraryGenerator(TorchGenerator):
             "rule": rule, "C": float(C), "q_bar": float(q_bar), "lam": float(lam),
             "alpha": alpha, "beta": beta, "schedule": schedule, "learn": bool(learn),
             "lengthscale": float(lengthscale), "standardize": bool(standardize),
+            "resampling": resampling,
         }  # fmt: skip
         self.max_batch_size, self.min_batch_size = max_batch_size, min_batch_size
         self.allow_repeats, self.seed = allow_repeats, int(seed)
@@ -343,6 +348,7 @@ class BBKBLibraryGenerator(TorchGenerator):
         return BBKBEngine(
             self._unit(rows), kernel, opts["lam"], C=opts["C"], q_bar=opts["q_bar"],
             rule=opts["rule"], beta=beta, learn=opts["learn"],
+            resampling=opts["resampling"],
             generator=torch.Generator().manual_seed(self.seed),
         )  # fmt: skip
 

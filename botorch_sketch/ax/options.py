@@ -23,6 +23,7 @@ from botorch_sketch.ax.turbo import (
     RESTARTS,
     multi_region_options,
 )
+from botorch_sketch.bbkb.config import RESAMPLING_MODES
 from botorch_sketch.models.budget import EXACT_WINDOWS
 from botorch_sketch.models.validation import check_seed
 from botorch_sketch.trust_region.candidates import THOMPSON_SAMPLERS
@@ -165,6 +166,7 @@ VALIDATORS: dict[str, Validator] = {
     "lengthscale": _finite(0.0, strict=True),
     "standardize": _boolean,
     "schedule": _one_of("paper", "reference_code"),
+    "resampling": _one_of(*RESAMPLING_MODES),
     # turbo-bkb (botorch_sketch.ax.turbo; their order is checked there)
     "batch_size": _optional(_positive_int),
     "length_init": _finite(0.0, strict=True),

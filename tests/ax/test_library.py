@@ -77,16 +77,22 @@ def reference_kernel() -> ScaleKernel:
 OPTIONS = dict(lam=LAM, standardize=False, allow_repeats=True, seed=3)
 
 
-@pytest.mark.parametrize("learn", [False, True])
-def test_ax_library_makes_the_same_choices_as_run_bbkb(learn):
+@pytest.mark.parametrize(
+    "learn, resampling",
+    [(False, "independent"), (True, "independent"), (False, "coupled")],
+)
+def test_ax_library_makes_the_same_choices_as_run_bbkb(learn, resampling):
     X, f = make_library()
     init, T, cap = [5, 17], 40, 8
     ref = run_bbkb(
         X, lambda idx: f[idx], T, reference_kernel(), LAM, C=2.0, q_bar=2.0,
         rule="global", beta="paper", delta=0.01, init=torch.tensor(init),
         max_batch_size=cap, allow_repeats=True, seed=3, progress=False, learn=learn,
+        resampling=resampling,
     )  # fmt: skip
-    client = library_client(X, init, f, learn=learn, max_batch_size=cap, **OPTIONS)
+    client = library_client(
+        X, init, f, learn=learn, max_batch_size=cap, resampling=resampling, **OPTIONS
+    )
     batches = run_ax(client, X, f, T - len(init), cap)
     expected = [
         sorted(ref.arms[ref.batch_id == b].tolist()) for b in range(1, ref.num_batches)
@@ -97,11 +103,13 @@ def test_ax_library_makes_the_same_choices_as_run_bbkb(learn):
     assert sum(len(b) > 1 for b in batches) >= (3 if learn else 0)
 
 
-def test_restored_engine_continues_like_the_cached_one():
+@pytest.mark.parametrize("resampling", ["independent", "coupled"])
+def test_restored_engine_continues_like_the_cached_one(resampling):
     X, f = make_library(1)
     init = [0, 1, 2]
-    cached = run_ax(library_client(X, init, f, **OPTIONS), X, f, 20, 6)
-    restored = run_ax(library_client(X, init, f, **OPTIONS), X, f, 20, 6, forget=True)
+    opts = {**OPTIONS, "resampling": resampling}
+    cached = run_ax(library_client(X, init, f, **opts), X, f, 20, 6)
+    restored = run_ax(library_client(X, init, f, **opts), X, f, 20, 6, forget=True)
     assert restored == cached
 
 
