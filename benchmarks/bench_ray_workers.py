@@ -45,6 +45,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
@@ -148,7 +149,12 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
     client.configure_optimization(objective="-f")
     if method.startswith("bbkb"):
         client.set_generation_strategy(
-            get_generation_strategy("bbkb", initialization_budget=2 * dim, seed=seed)
+            get_generation_strategy(
+                "bbkb",
+                initialization_budget=2 * dim,
+                seed=seed,
+                **json.loads(args.strategy_options),
+            )
         )
     k = args.k
     evaluate = make_evaluate(problem, args.mean, args.sigma, seed)
@@ -333,6 +339,11 @@ def main() -> None:
         "--lookahead", type=int, default=0, help="0: 8k in background, else k"
     )
     parser.add_argument("--tag", default="")
+    parser.add_argument(
+        "--strategy-options",
+        default="{}",
+        help='JSON options of the "bbkb" strategy, e.g. \'{"thompson_fill": 1.0}\'',
+    )
     args = parser.parse_args()
     logging.getLogger("ax").setLevel(logging.WARNING)
     logging.getLogger("botorch_sketch").setLevel(logging.ERROR)
