@@ -995,19 +995,17 @@ def sample_dictionary(
     if torch.isnan(variances).any():
         raise ValueError("variances contain NaN.")
     p = rls_inclusion_probabilities(variances, q_bar, counts, repeats)
-    if uniforms is not None:
-        if uniforms.shape != p.shape:
-            raise ValueError(
-                f"uniforms must have shape {tuple(p.shape)}, got "
-                f"{tuple(uniforms.shape)}."
-            )
-        max_redraws = -1  # the coupled draw below, then the argmax fallback
-        selected = uniforms.to(p) < p
-        if selected.any():
-            return DictionaryDraw(selected, p, False)
-    for _ in range(max_redraws + 1):
-        u = torch.rand(p.shape, generator=generator, dtype=p.dtype, device="cpu")
-        selected = u.to(p.device) < p
+    if uniforms is not None and uniforms.shape != p.shape:
+        raise ValueError(
+            f"uniforms must have shape {tuple(p.shape)}, got {tuple(uniforms.shape)}."
+        )
+    # The coupled draw is one draw (its uniforms are fixed); fresh coins redraw.
+    draws = 1 if uniforms is not None else max_redraws + 1
+    for _ in range(draws):
+        u = uniforms
+        if u is None:
+            u = torch.rand(p.shape, generator=generator, dtype=p.dtype, device="cpu")
+        selected = u.to(p) < p
         if selected.any():
             return DictionaryDraw(selected, p, False)
     selected = torch.zeros_like(p, dtype=torch.bool)

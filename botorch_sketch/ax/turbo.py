@@ -507,8 +507,7 @@ class TurboGenerator(TorchGenerator):
         hold = periodic and hyperparameters_kept(
             sketch, region_X.shape[0], growth, fit_points
         )
-        # A kept fit is the warm start without its drift check (module docstring).
-        kept = {"refit_growth": growth, "refit_tolerance": None} if hold else {}
+        kept = kept_fit_options(growth) if hold else {}
         if region_X.shape[0] >= min_region_points(d):
             model = fit_region_model(
                 fit_X, fit_Y, warm_start=sketch if warm or hold else None,
@@ -637,7 +636,7 @@ class TurboGenerator(TorchGenerator):
             hold = self.region_fit == "periodic" and hyperparameters_kept(
                 record.sketch, n_region, growth, record.fit_points
             )
-            kept = {"refit_growth": growth, "refit_tolerance": None} if hold else {}
+            kept = kept_fit_options(growth) if hold else {}
             model = fit_region_model(
                 X[rows], Y[rows], one_hot=self._one_hot,
                 warm_start=record.sketch if hold else None,
@@ -926,6 +925,13 @@ def hyperparameters_kept(
         return False
     base = int(sketch["num_fit_points"]) if fit_points is None else fit_points
     return n < (1.0 + growth) * base
+
+
+def kept_fit_options(growth: float) -> dict[str, Any]:
+    r"""``NystromGP`` options of a periodic region's model that keeps its last
+    fit's hyperparameters: the warm start on the region's schedule ``growth``,
+    without its drift check (module docstring)."""
+    return {"refit_growth": growth, "refit_tolerance": None}
 
 
 def min_region_points(dim: int) -> int:
