@@ -97,14 +97,18 @@ from botorch_sketch.ax.experiment_data import adopt_prefix
 from botorch_sketch.ax.pending import fast_metric_availability
 from botorch_sketch.ax.status_index import StatusIndexedOrchestrator
 from botorch_sketch.ax.trials import gen_filled_batch, trials_left_in_generating_node
+from botorch_sketch.models.validation import check_fraction
 
 __all__ = [
     "LOOKAHEAD_PER_WORKER",
+    "PACE_CALLS",
+    "PACE_TRIALS",
     "GenerationCall",
     "LookaheadOrchestrator",
     "RayMetric",
     "RayRunner",
     "configure_ray",
+    "generation_behind",
     "refill_size",
     "register_ray_storage",
     "run_trials",
@@ -270,6 +274,40 @@ THREAD_SWITCH_INTERVAL = 5e-4
 
 #: Rounds of :meth:`RayRunner.warm_up` tasks at most.
 WARM_UP_ROUNDS = 5
+
+#: Generation calls whose median wall time per trial :func:`generation_behind`
+#: compares with the workers' pace.
+PACE_CALLS = 5
+
+#: Most recent completed trials whose median evaluation time sets the pace.
+PACE_TRIALS = 64
+
+
+def generation_behind(
+    seconds_per_trial: Sequence[float],
+    durations: Sequence[float],
+    workers: int,
+    calls: int = PACE_CALLS,
+) -> bool:
+    r"""Whether generation falls behind ``workers`` parallel evaluations.
+
+    ``k`` workers whose evaluations take a median ``tau`` seconds free a slot
+    every ``tau / k`` seconds; a generation that takes longer per trial holds
+    workers idle however far ahead it runs. Behind: the median wall time per
+    trial of the last ``calls`` generation calls exceeds ``tau / k``
+    (``durations``: evaluation times of recent trials, seconds). A median
+    over calls, so that one slow call (a hyperparameter refit) does not count.
+
+    Returns:
+        ``False`` with fewer than ``calls`` calls or no duration.
+    """
+    _check_count("workers", workers, minimum=1)
+    _check_count("calls", calls, minimum=1)
+    if len(seconds_per_trial) < calls or not durations:
+        return False
+    per_trial = sorted(seconds_per_trial[-calls:])[(calls - 1) // 2]
+    tau = sorted(durations)[(len(durations) - 1) // 2]
+    return per_trial > tau / workers
 
 
 class RayRunner(IRunner):
@@ -755,6 +793,20 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
     state it was generated from, and the whole queue when the strategy moves to
     another node.
 
+    Generation keeps up only while it costs less per trial than the workers'
+    pace, ``tau / k`` for evaluations of median time ``tau``: with many workers
+    (32 evaluations of a second, about 30 ms a trial) the batch rule's greedy
+    points (each an acquisition optimisation with every queued and running
+    trial hallucinated) cost more. Once :func:`generation_behind` says so
+    (the median over :data:`PACE_CALLS` calls on the strategy's last node
+    against the median evaluation time of the last :data:`PACE_TRIALS`
+    completed trials), every later call on a BBKB node fills the points past
+    the rule's own batch with ``catch_up_fill`` as the acquisition's
+    ``thompson_fill`` (posterior samples, a fraction of a greedy point's
+    cost); the switch is kept for the rest of the run (a trial's generation
+    cost only grows with the data) and :attr:`catch_up_at` records when it
+    came.
+
     Args:
         experiment, generation_strategy, options, db_settings: As
             ``Orchestrator``; use ``options.run_trials_in_batches=True`` so that
@@ -771,10 +823,15 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
             platform forks, :func:`fork_available`), which keeps the
             generation's interpreter lock and CPU off the Orchestrator's
             loop; ``False``: no background refill.
+        catch_up_fill: The ``thompson_fill`` of BBKB calls once generation
+            falls behind the workers (above), in ``[0, 1]``; ``None``: the
+            strategy's own throughout.
 
     Attributes:
         generation_calls: One :class:`GenerationCall` per request, in order.
         background_mode: ``"thread"``, ``"process"`` or ``None``.
+        catch_up_at: Trials in the experiment when ``catch_up_fill`` took over
+            (``None``: not, or not yet).
     """
 
     def __init__(
@@ -787,9 +844,12 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         max_queue_age: int | None = None,
         generate_ahead: bool = False,
         background: bool | str = False,
+        catch_up_fill: float | None = None,
     ) -> None:
         _check_count("lookahead", lookahead, minimum=0)
         mode = background_mode(background)
+        if catch_up_fill is not None:
+            check_fraction(catch_up_fill, "catch_up_fill")
         if max_queue_age is not None:
             _check_count("max_queue_age", max_queue_age, minimum=1)
         super().__init__(
@@ -821,6 +881,10 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         #: The last thread refill's snapshot (its training-data extraction is
         #: the next snapshot's starting point).
         self._last_snapshot: Any = None
+        self.catch_up_fill = None if catch_up_fill is None else float(catch_up_fill)
+        self.catch_up_at: int | None = None
+        #: Wall seconds per trial of each generation call on the last node.
+        self._seconds_per_trial: list[float] = []
 
     @property
     def background(self) -> bool:
@@ -895,6 +959,8 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
             generated = len(runs)
             self._enqueue(runs[num_trials:], self._num_completed())
             runs = runs[:num_trials]
+            if last:
+                self._record_pace(time.perf_counter() - wall, generated)
         self.generation_calls.append(
             GenerationCall(
                 requested=requested,
@@ -1077,8 +1143,52 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
                 worker.error,
             )
             return
+        self._record_pace(worker.wall, len(runs))
         if keep:
             self._enqueue(runs, worker.completed)
+
+    def _record_pace(self, wall: float, generated: int) -> None:
+        r"""Record a last-node call's wall time per trial; switch to
+        ``catch_up_fill`` once :func:`generation_behind` says so."""
+        if generated < 1 or self.catch_up_fill is None:
+            return
+        self._seconds_per_trial.append(wall / generated)
+        if self.catch_up_at is not None:
+            return
+        durations = self._recent_durations()
+        if generation_behind(
+            self._seconds_per_trial, durations, self._get_max_pending_trials()
+        ):
+            self.catch_up_at = len(self.experiment.trials)
+            logger.info(
+                "Generation (%.3g s a trial) falls behind %d workers (median "
+                "evaluation %.3g s): BBKB batches now fill past the rule's stop "
+                "with thompson_fill=%g.",
+                sorted(self._seconds_per_trial[-PACE_CALLS:])[(PACE_CALLS - 1) // 2],
+                self._get_max_pending_trials(),
+                sorted(durations)[(len(durations) - 1) // 2],
+                self.catch_up_fill,
+            )
+
+    def _recent_durations(self) -> list[float]:
+        r"""Evaluation seconds of the last :data:`PACE_TRIALS` completed trials:
+        the worker's start to finish (run metadata) where recorded, else Ax's
+        run-start to completion times."""
+        completed = self.experiment.trials_by_status[TrialStatus.COMPLETED]
+        durations = []
+        for trial in completed[-PACE_TRIALS:]:
+            meta = trial.run_metadata or {}
+            start, end = meta.get(STARTED_KEY), meta.get(FINISHED_KEY)
+            if start is None or end is None:
+                if trial.time_run_started is None or trial.time_completed is None:
+                    continue
+                seconds = (
+                    trial.time_completed - trial.time_run_started
+                ).total_seconds()
+            else:
+                seconds = float(end) - float(start)
+            durations.append(max(seconds, 0.0))
+        return durations
 
     def _enqueue(self, runs: list[list[GeneratorRun]], completed: int) -> None:
         if not runs:
@@ -1111,6 +1221,9 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
                     experiment,
                     num_trials,
                     fixed_features=fixed,
+                    thompson_fill=None
+                    if self.catch_up_at is None
+                    else self.catch_up_fill,
                 )
                 if runs is not None:
                     return [[run] for run in runs]
@@ -1388,6 +1501,7 @@ def run_trials(
     max_queue_age: int | None = None,
     generate_ahead: bool = False,
     background: bool | str = True,
+    catch_up_fill: float | None = 1.0,
 ) -> LookaheadOrchestrator:
     r"""``client.run_trials`` without its pauses, filling free slots in one call.
 
@@ -1423,9 +1537,14 @@ def run_trials(
             and are served from it (:class:`LookaheadOrchestrator`): ``True``
             or ``"thread"`` in a thread, ``"process"`` in a forked child
             process; ``False``: in the Orchestrator's loop.
+        catch_up_fill: With a BBKB strategy, the ``thompson_fill`` of every
+            generation call once generation falls behind the workers' pace
+            (:class:`LookaheadOrchestrator`; ``1.0``: every point past the batch
+            rule's stop a posterior sample); ``None``: the strategy's own.
 
     Returns:
-        The orchestrator (its ``generation_calls`` time every request).
+        The orchestrator (its ``generation_calls`` time every request,
+        ``catch_up_at`` says when ``catch_up_fill`` took over).
     """
     if not isinstance(client._experiment.runner, RayRunner):
         raise ValueError("run_trials needs a client configured with configure_ray")
@@ -1437,6 +1556,8 @@ def run_trials(
     if max_queue_age is not None:
         _check_count("max_queue_age", max_queue_age, minimum=1)
     background_mode(background)  # checked before anything runs
+    if catch_up_fill is not None:
+        check_fraction(catch_up_fill, "catch_up_fill")
     storage = client._storage_config
     orchestrator = LookaheadOrchestrator(
         experiment=client._experiment,
@@ -1455,6 +1576,7 @@ def run_trials(
         max_queue_age=max_queue_age,
         generate_ahead=generate_ahead,
         background=background,
+        catch_up_fill=catch_up_fill,
     )
     orchestrator.run_n_trials(max_trials=max_trials)
     return orchestrator

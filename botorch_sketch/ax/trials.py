@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from ax.api.client import Client
 from ax.core.batch_trial import BatchTrial
@@ -49,6 +50,7 @@ from botorch_sketch.ax.acquisition import AdaptiveBatchAcquisition
 from botorch_sketch.ax.generator import SketchGenerators
 from botorch_sketch.ax.pending import fast_metric_availability
 from botorch_sketch.ax.turbo import TurboGenerators
+from botorch_sketch.models.validation import check_fraction
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +166,7 @@ def gen_filled_batch(
     experiment: Experiment,
     n: int,
     fixed_features: ObservationFeatures | None = None,
+    thompson_fill: float | None = None,
 ) -> list[GeneratorRun] | None:
     r"""``n`` one-arm generator runs from one BBKB batch of exactly ``n`` points.
 
@@ -179,6 +182,8 @@ def gen_filled_batch(
         experiment: Its experiment.
         n: Points in the batch (``>= 1``).
         fixed_features: Passed to ``GenerationStrategy.gen``.
+        thompson_fill: The acquisition's ``thompson_fill`` for this call
+            (``None``: the strategy's own).
 
     Returns:
         The ``n`` runs (fewer only if the domain has fewer points left), or
@@ -186,6 +191,10 @@ def gen_filled_batch(
         (the caller generates otherwise).
     """
     _check_size(n)
+    override: dict[str, Any] = {"min_batch_size": n}
+    if thompson_fill is not None:
+        check_fraction(thompson_fill, "thompson_fill")
+        override["thompson_fill"] = float(thompson_fill)
     node = _generating_node(strategy, experiment)
     specs = [
         spec
@@ -199,7 +208,7 @@ def gen_filled_batch(
         for spec, options in zip(specs, saved, strict=True):
             spec.generator_kwargs["acquisition_options"] = {
                 **(options or {}),
-                "min_batch_size": n,
+                **override,
             }
         with _expected_short_batches(), fast_metric_availability():
             (runs,) = strategy.gen(

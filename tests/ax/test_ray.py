@@ -33,6 +33,7 @@ from botorch_sketch.ax.ray import (
     RayRunner,
     background_mode,
     fork_available,
+    generation_behind,
     parse_outcome,
     refill_size,
     run_trials,
@@ -523,6 +524,8 @@ def test_a_failing_background_refill_is_reported_and_the_run_goes_on(
         ({"parallelism": 0}, ValueError),
         ({"background": 1}, TypeError),
         ({"background": "fork"}, ValueError),
+        ({"catch_up_fill": 1.5}, ValueError),
+        ({"catch_up_fill": True}, ValueError),
     ],
 )
 def test_run_trials_rejects_bad_queue_arguments(kwargs, error):
@@ -556,6 +559,111 @@ def test_gen_filled_batch_gives_one_batch_of_n_and_restores_the_strategy():
     assert len(experiment.trials) == 7  # nothing added
     assert spec.generator_kwargs["acquisition_options"] == options
     assert options["min_batch_size"] == 1
+
+
+def test_gen_filled_batch_overrides_thompson_fill_for_the_call_only(monkeypatch):
+    client = make_client(initialization_budget=4)
+    rng = np.random.default_rng(1)
+    for _ in range(6):
+        x = rng.random(2)
+        index = client.attach_trial({"x1": float(x[0]), "x2": float(x[1])})
+        client.complete_trial(index, {"f": float(((x - 0.4) ** 2).sum())})
+    client.get_next_trials(max_trials=1)  # moves the strategy to its BBKB node
+    strategy, experiment = client._generation_strategy, client._experiment
+    spec = strategy._curr.generator_specs[0]
+    options = dict(spec.generator_kwargs["acquisition_options"])
+    seen = []
+    original = type(strategy).gen
+
+    def gen(self, *args, **kwargs):
+        seen.append(dict(spec.generator_kwargs["acquisition_options"]))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(strategy), "gen", gen)
+    assert len(gen_filled_batch(strategy, experiment, n=4, thompson_fill=1.0)) == 4
+    assert seen[-1]["thompson_fill"] == 1.0 and seen[-1]["min_batch_size"] == 4
+    assert options["thompson_fill"] == 0.5  # the strategy's own, restored
+    assert spec.generator_kwargs["acquisition_options"] == options
+    gen_filled_batch(strategy, experiment, n=2)
+    assert seen[-1]["thompson_fill"] == 0.5
+    with pytest.raises(ValueError, match="thompson_fill"):
+        gen_filled_batch(strategy, experiment, n=2, thompson_fill=-0.1)
+    assert len(seen) == 2 and len(experiment.trials) == 7
+
+
+@pytest.mark.parametrize(
+    "per_trial, durations, workers, behind",
+    [
+        ([0.05] * 4, [1.0], 32, False),  # fewer calls than PACE_CALLS
+        ([0.05] * 5, [], 32, False),  # no evaluation finished yet
+        ([0.05] * 5, [1.0, 1.0, 0.5], 32, True),  # 50 ms > 1 s / 32
+        ([0.05] * 5, [1.0, 1.0, 0.5], 8, False),  # 50 ms < 1 s / 8
+        ([0.01, 0.01, 0.01, 0.01, 9.0], [1.0], 32, False),  # one slow refit
+        ([9.0, 9.0, 9.0, 0.01, 0.01, 0.01, 0.01, 0.01], [1.0], 32, False),  # recent
+    ],
+)
+def test_generation_behind_compares_the_median_call_with_the_workers_pace(
+    per_trial, durations, workers, behind
+):
+    assert generation_behind(per_trial, durations, workers) is behind
+
+
+def test_generation_behind_rejects_bad_counts():
+    with pytest.raises(ValueError, match="workers"):
+        generation_behind([0.1] * 5, [1.0], 0)
+    with pytest.raises(TypeError, match="calls"):
+        generation_behind([0.1] * 5, [1.0], 2, calls=2.5)
+
+
+@pytest.mark.parametrize("catch_up_fill", [1.0, None])
+def test_run_trials_fills_with_thompson_samples_once_generation_falls_behind(
+    monkeypatch, catch_up_fill
+):
+    """10 ms evaluations on 3 workers: every generation call (tens of
+    milliseconds a trial) is behind, so after ``PACE_CALLS`` calls on the last
+    node the refills get ``catch_up_fill``; with ``None`` never."""
+    fills = []
+    original = ray_module.gen_filled_batch
+
+    def record(*args, **kwargs):
+        fills.append(kwargs.get("thompson_fill"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ray_module, "gen_filled_batch", record)
+    client = make_client(initialization_budget=4)
+    configure_ray(client, make_evaluate(sleep=0.01), num_workers=WORKERS)
+    orchestrator = run_trials(
+        client,
+        max_trials=34,
+        parallelism=WORKERS,
+        lookahead=WORKERS,
+        catch_up_fill=catch_up_fill,
+    )
+    assert trials_by_status(client) == {TrialStatus.COMPLETED: list(range(34))}
+    assert len(fills) > ray_module.PACE_CALLS
+    if catch_up_fill is None:
+        assert orchestrator.catch_up_at is None and set(fills) == {None}
+    else:
+        assert 4 <= orchestrator.catch_up_at < 34
+        assert fills[: ray_module.PACE_CALLS] == [None] * ray_module.PACE_CALLS
+        assert fills[-1] == 1.0 and set(fills) == {None, 1.0}
+
+
+def test_run_trials_keeps_the_strategys_fill_while_generation_keeps_up(
+    monkeypatch,
+):
+    """Evaluations that take long against the generation (faked here): no
+    switch."""
+    monkeypatch.setattr(
+        LookaheadOrchestrator, "_recent_durations", lambda self: [3600.0]
+    )
+    client = make_client(initialization_budget=4)
+    configure_ray(client, make_evaluate(sleep=0.01), num_workers=WORKERS)
+    orchestrator = run_trials(
+        client, max_trials=30, parallelism=WORKERS, lookahead=WORKERS
+    )
+    assert len(orchestrator._seconds_per_trial) > ray_module.PACE_CALLS
+    assert orchestrator.catch_up_at is None
 
 
 def test_snapshot_is_independent_of_the_experiment_and_shares_its_runs():
