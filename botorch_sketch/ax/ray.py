@@ -100,6 +100,7 @@ from botorch_sketch.ax.trials import gen_filled_batch, trials_left_in_generating
 from botorch_sketch.models.validation import check_fraction
 
 __all__ = [
+    "CATCH_UP_STARVED",
     "LOOKAHEAD_PER_WORKER",
     "PACE_CALLS",
     "PACE_TRIALS",
@@ -277,10 +278,16 @@ WARM_UP_ROUNDS = 5
 
 #: Generation calls whose median wall time per trial :func:`generation_behind`
 #: compares with the workers' pace.
-PACE_CALLS = 5
+PACE_CALLS = 3
 
 #: Most recent completed trials whose median evaluation time sets the pace.
 PACE_TRIALS = 64
+
+#: Requests that found no queued trial (on the strategy's last node) before
+#: :class:`LookaheadOrchestrator` may switch to its ``catch_up_fill``: the first
+#: model call always waits, and a generation that keeps up on average only
+#: makes a worker wait at a hyperparameter refit.
+CATCH_UP_STARVED = 2
 
 
 def generation_behind(
@@ -797,15 +804,17 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
     pace, ``tau / k`` for evaluations of median time ``tau``: with many workers
     (32 evaluations of a second, about 30 ms a trial) the batch rule's greedy
     points (each an acquisition optimisation with every queued and running
-    trial hallucinated) cost more. Once :func:`generation_behind` says so
-    (the median over :data:`PACE_CALLS` calls on the strategy's last node
-    against the median evaluation time of the last :data:`PACE_TRIALS`
-    completed trials), every later call on a BBKB node fills the points past
+    trial hallucinated) cost more. Once a request has found the queue empty
+    :data:`CATCH_UP_STARVED` times on the strategy's last node and
+    :func:`generation_behind` says so (the median over :data:`PACE_CALLS`
+    calls there against the median evaluation time of the last
+    :data:`PACE_TRIALS` completed trials), every later call on a BBKB node
+    fills the points past
     the rule's own batch with ``catch_up_fill`` as the acquisition's
     ``thompson_fill`` (posterior samples, a fraction of a greedy point's
     cost); the switch is kept for the rest of the run (a trial's generation
-    cost only grows with the data) and :attr:`catch_up_at` records when it
-    came.
+    cost only grows with the data), the next refill starts again at ``k``
+    trials, and :attr:`catch_up_at` records when it came.
 
     Args:
         experiment, generation_strategy, options, db_settings: As
@@ -885,6 +894,8 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         self.catch_up_at: int | None = None
         #: Wall seconds per trial of each generation call on the last node.
         self._seconds_per_trial: list[float] = []
+        #: Requests on the last node that found no queued run (they waited).
+        self._starved = 0
 
     @property
     def background(self) -> bool:
@@ -937,6 +948,7 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         self._demand += num_trials
         self._drop_stale_queue()
         if not self._queue and self._worker is not None:
+            self._starved += 1
             self._finish_background(wait=True)  # the refill in flight serves
             self._drop_stale_queue()
         if self._queue:
@@ -960,6 +972,7 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
             self._enqueue(runs[num_trials:], self._num_completed())
             runs = runs[:num_trials]
             if last:
+                self._starved += 1
                 self._record_pace(time.perf_counter() - wall, generated)
         self.generation_calls.append(
             GenerationCall(
@@ -1153,13 +1166,15 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         if generated < 1 or self.catch_up_fill is None:
             return
         self._seconds_per_trial.append(wall / generated)
-        if self.catch_up_at is not None:
+        if self.catch_up_at is not None or self._starved < CATCH_UP_STARVED:
             return
         durations = self._recent_durations()
         if generation_behind(
             self._seconds_per_trial, durations, self._get_max_pending_trials()
         ):
             self.catch_up_at = len(self.experiment.trials)
+            # The refills grown while generation fell behind start again at k.
+            self._refill_size = None
             logger.info(
                 "Generation (%.3g s a trial) falls behind %d workers (median "
                 "evaluation %.3g s): BBKB batches now fill past the rule's stop "

@@ -594,12 +594,12 @@ def test_gen_filled_batch_overrides_thompson_fill_for_the_call_only(monkeypatch)
 @pytest.mark.parametrize(
     "per_trial, durations, workers, behind",
     [
-        ([0.05] * 4, [1.0], 32, False),  # fewer calls than PACE_CALLS
-        ([0.05] * 5, [], 32, False),  # no evaluation finished yet
-        ([0.05] * 5, [1.0, 1.0, 0.5], 32, True),  # 50 ms > 1 s / 32
-        ([0.05] * 5, [1.0, 1.0, 0.5], 8, False),  # 50 ms < 1 s / 8
-        ([0.01, 0.01, 0.01, 0.01, 9.0], [1.0], 32, False),  # one slow refit
-        ([9.0, 9.0, 9.0, 0.01, 0.01, 0.01, 0.01, 0.01], [1.0], 32, False),  # recent
+        ([0.05] * 2, [1.0], 32, False),  # fewer calls than PACE_CALLS = 3
+        ([0.05] * 3, [], 32, False),  # no evaluation finished yet
+        ([0.05] * 3, [1.0, 1.0, 0.5], 32, True),  # 50 ms > 1 s / 32
+        ([0.05] * 3, [1.0, 1.0, 0.5], 8, False),  # 50 ms < 1 s / 8
+        ([0.01, 0.01, 9.0], [1.0], 32, False),  # one slow refit
+        ([9.0, 9.0, 9.0, 0.01, 0.01, 0.01], [1.0], 32, False),  # the recent calls
     ],
 )
 def test_generation_behind_compares_the_median_call_with_the_workers_pace(
@@ -610,9 +610,9 @@ def test_generation_behind_compares_the_median_call_with_the_workers_pace(
 
 def test_generation_behind_rejects_bad_counts():
     with pytest.raises(ValueError, match="workers"):
-        generation_behind([0.1] * 5, [1.0], 0)
+        generation_behind([0.1] * 3, [1.0], 0)
     with pytest.raises(TypeError, match="calls"):
-        generation_behind([0.1] * 5, [1.0], 2, calls=2.5)
+        generation_behind([0.1] * 3, [1.0], 2, calls=2.5)
 
 
 @pytest.mark.parametrize("catch_up_fill", [1.0, None])
@@ -647,6 +647,36 @@ def test_run_trials_fills_with_thompson_samples_once_generation_falls_behind(
         assert 4 <= orchestrator.catch_up_at < 34
         assert fills[: ray_module.PACE_CALLS] == [None] * ray_module.PACE_CALLS
         assert fills[-1] == 1.0 and set(fills) == {None, 1.0}
+
+
+def test_catch_up_needs_starved_requests_and_restarts_the_refills_at_k(monkeypatch):
+    client = make_client(initialization_budget=4)
+    configure_ray(client, make_evaluate(), num_workers=WORKERS)
+    orchestrator = LookaheadOrchestrator(
+        experiment=client._experiment,
+        generation_strategy=client._generation_strategy_or_choose(),
+        options=OrchestratorOptions(max_pending_trials=WORKERS),
+        lookahead=8 * WORKERS,
+        background=True,
+        catch_up_fill=0.75,
+    )
+    monkeypatch.setattr(LookaheadOrchestrator, "_recent_durations", lambda s: [0.3])
+    orchestrator._refill_size = 20
+    orchestrator._starved = ray_module.CATCH_UP_STARVED - 1
+    for _ in range(ray_module.PACE_CALLS):  # 0.5 s a trial against 0.1 s
+        orchestrator._record_pace(wall=2.0, generated=4)
+    assert orchestrator.catch_up_at is None  # behind, but no worker waited twice
+    orchestrator._starved += 1
+    orchestrator._record_pace(wall=2.0, generated=4)
+    assert orchestrator.catch_up_at == 0 and orchestrator._refill_size is None
+    assert len(orchestrator._seconds_per_trial) == ray_module.PACE_CALLS + 1
+    with pytest.raises(ValueError, match="catch_up_fill"):
+        LookaheadOrchestrator(
+            experiment=client._experiment,
+            generation_strategy=client._generation_strategy_or_choose(),
+            options=OrchestratorOptions(max_pending_trials=WORKERS),
+            catch_up_fill=2.0,
+        )
 
 
 def test_run_trials_keeps_the_strategys_fill_while_generation_keeps_up(
