@@ -101,6 +101,7 @@ from botorch_sketch.models.validation import check_fraction
 
 __all__ = [
     "CATCH_UP_STARVED",
+    "CATCH_UP_WORKERS",
     "LOOKAHEAD_PER_WORKER",
     "PACE_CALLS",
     "PACE_TRIALS",
@@ -288,6 +289,14 @@ PACE_TRIALS = 64
 #: model call always waits, and a generation that keeps up on average only
 #: makes a worker wait at a hyperparameter refit.
 CATCH_UP_STARVED = 2
+
+#: Fewest workers (``max_pending_trials``) at which :class:`LookaheadOrchestrator`
+#: switches to its ``catch_up_fill``. With 8 workers of a second the refills
+#: keep up once they have grown past their fixed costs (a refit every 20 % of
+#: growth makes the early ones slow per trial), and ``thompson_fill=1.0`` lowered
+#: the utilisation there (0.958-0.965 against 0.966-0.988 with the strategy's
+#: ``0.5``; ``benchmarks/results/ray_workers_summary.md``, session 33).
+CATCH_UP_WORKERS = 16
 
 
 def generation_behind(
@@ -804,7 +813,8 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
     pace, ``tau / k`` for evaluations of median time ``tau``: with many workers
     (32 evaluations of a second, about 30 ms a trial) the batch rule's greedy
     points (each an acquisition optimisation with every queued and running
-    trial hallucinated) cost more. Once a request has found the queue empty
+    trial hallucinated) cost more. With at least :data:`CATCH_UP_WORKERS`
+    workers, once a request has found the queue empty
     :data:`CATCH_UP_STARVED` times on the strategy's last node and
     :func:`generation_behind` says so (the median over :data:`PACE_CALLS`
     calls there against the median evaluation time of the last
@@ -1166,12 +1176,12 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         if generated < 1 or self.catch_up_fill is None:
             return
         self._seconds_per_trial.append(wall / generated)
-        if self.catch_up_at is not None or self._starved < CATCH_UP_STARVED:
+        k = self._get_max_pending_trials()
+        waited = self._starved >= CATCH_UP_STARVED
+        if self.catch_up_at is not None or not waited or k < CATCH_UP_WORKERS:
             return
         durations = self._recent_durations()
-        if generation_behind(
-            self._seconds_per_trial, durations, self._get_max_pending_trials()
-        ):
+        if generation_behind(self._seconds_per_trial, durations, k):
             self.catch_up_at = len(self.experiment.trials)
             # The refills grown while generation fell behind start again at k.
             self._refill_size = None
@@ -1180,7 +1190,7 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
                 "evaluation %.3g s): BBKB batches now fill past the rule's stop "
                 "with thompson_fill=%g.",
                 sorted(self._seconds_per_trial[-PACE_CALLS:])[(PACE_CALLS - 1) // 2],
-                self._get_max_pending_trials(),
+                k,
                 sorted(durations)[(len(durations) - 1) // 2],
                 self.catch_up_fill,
             )
@@ -1552,10 +1562,13 @@ def run_trials(
             and are served from it (:class:`LookaheadOrchestrator`): ``True``
             or ``"thread"`` in a thread, ``"process"`` in a forked child
             process; ``False``: in the Orchestrator's loop.
-        catch_up_fill: With a BBKB strategy, the ``thompson_fill`` of every
+        catch_up_fill: With a BBKB strategy and at least
+            :data:`CATCH_UP_WORKERS` workers, the ``thompson_fill`` of every
             generation call once generation falls behind the workers' pace
             (:class:`LookaheadOrchestrator`; ``1.0``: every point past the batch
-            rule's stop a posterior sample); ``None``: the strategy's own.
+            rule's stop a posterior sample); ``None``: the strategy's own. The
+            switch follows measured times: a run that must repeat exactly
+            passes ``None``.
 
     Returns:
         The orchestrator (its ``generation_calls`` time every request,

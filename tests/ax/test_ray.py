@@ -619,9 +619,10 @@ def test_generation_behind_rejects_bad_counts():
 def test_run_trials_fills_with_thompson_samples_once_generation_falls_behind(
     monkeypatch, catch_up_fill
 ):
-    """10 ms evaluations on 3 workers: every generation call (tens of
-    milliseconds a trial) is behind, so after ``PACE_CALLS`` calls on the last
-    node the refills get ``catch_up_fill``; with ``None`` never."""
+    """10 ms evaluations on 3 workers (``CATCH_UP_WORKERS`` lowered to 3):
+    every generation call (tens of milliseconds a trial) is behind, so after
+    ``PACE_CALLS`` calls on the last node the refills get ``catch_up_fill``;
+    with ``None`` never."""
     fills = []
     original = ray_module.gen_filled_batch
 
@@ -630,6 +631,7 @@ def test_run_trials_fills_with_thompson_samples_once_generation_falls_behind(
         return original(*args, **kwargs)
 
     monkeypatch.setattr(ray_module, "gen_filled_batch", record)
+    monkeypatch.setattr(ray_module, "CATCH_UP_WORKERS", WORKERS)
     client = make_client(initialization_budget=4)
     configure_ray(client, make_evaluate(sleep=0.01), num_workers=WORKERS)
     orchestrator = run_trials(
@@ -668,8 +670,11 @@ def test_catch_up_needs_starved_requests_and_restarts_the_refills_at_k(monkeypat
     assert orchestrator.catch_up_at is None  # behind, but no worker waited twice
     orchestrator._starved += 1
     orchestrator._record_pace(wall=2.0, generated=4)
+    assert orchestrator.catch_up_at is None  # fewer than CATCH_UP_WORKERS
+    monkeypatch.setattr(ray_module, "CATCH_UP_WORKERS", WORKERS)
+    orchestrator._record_pace(wall=2.0, generated=4)
     assert orchestrator.catch_up_at == 0 and orchestrator._refill_size is None
-    assert len(orchestrator._seconds_per_trial) == ray_module.PACE_CALLS + 1
+    assert len(orchestrator._seconds_per_trial) == ray_module.PACE_CALLS + 2
     with pytest.raises(ValueError, match="catch_up_fill"):
         LookaheadOrchestrator(
             experiment=client._experiment,
