@@ -105,7 +105,6 @@ __all__ = [
     "LOOKAHEAD_PER_WORKER",
     "PACE_CALLS",
     "PACE_TRIALS",
-    "REFILL_DEMANDS",
     "GenerationCall",
     "LookaheadOrchestrator",
     "RayMetric",
@@ -277,11 +276,6 @@ THREAD_SWITCH_INTERVAL = 5e-4
 
 #: Rounds of :meth:`RayRunner.warm_up` tasks at most.
 WARM_UP_ROUNDS = 5
-
-#: Refills whose lower median demand sets the next refill's size
-#: (:class:`LookaheadOrchestrator`): one slow refill (a refit) does not make the
-#: next one large.
-REFILL_DEMANDS = 3
 
 #: Generation calls whose median wall time per trial :func:`generation_behind`
 #: compares with the workers' pace.
@@ -797,11 +791,10 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
     runs are running trials (all hallucinated), while the Orchestrator goes on
     polling and serving freed workers from the queue; a request that finds the
     queue empty waits for the refill. The refill size follows the demand
-    (:func:`refill_size`): ``s = clip(2 D, k, L)``, with ``D`` the lower median
-    of the trials requested while each of the last :data:`REFILL_DEMANDS`
-    refills ran and ``k = max_pending_trials`` (the first refill has ``k``). A
-    refill's fixed cost (the fit, Ax's data extraction, the posterior's
-    factors) then spreads over more trials when the
+    (:func:`refill_size`): ``s = clip(2 D, k, L)``, with ``D`` the trials
+    requested while the previous refill ran and ``k = max_pending_trials`` (the
+    first refill has ``k``). A refill's fixed cost (the fit, Ax's data
+    extraction, the posterior's factors) then spreads over more trials when the
     refills fall behind the workers (thousands of trials), and the queued points
     stay fresh while they keep up. The queue's target (the level below which a
     refill starts) is ``clip(2 D_max, k, L)``, with ``D_max`` the most trials
@@ -830,8 +823,8 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
     the rule's own batch with ``catch_up_fill`` as the acquisition's
     ``thompson_fill`` (posterior samples, a fraction of a greedy point's
     cost); the switch is kept for the rest of the run (a trial's generation
-    cost only grows with the data), the refill size and the queue's target
-    start again at ``k``, and :attr:`catch_up_at` records when it came.
+    cost only grows with the data), the next refill starts again at ``k``
+    trials, and :attr:`catch_up_at` records when it came.
 
     Args:
         experiment, generation_strategy, options, db_settings: As
@@ -902,9 +895,6 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         self._demand = 0
         #: The next background refill's size (``None``: ``k``).
         self._refill_size: int | None = None
-        #: Trials requested during each of the last refills (their lower
-        #: median sets the next refill's size).
-        self._demands: deque[int] = deque(maxlen=REFILL_DEMANDS)
         #: Most trials requested during one refill so far (``D_max``).
         self._peak_demand = 0
         #: The last thread refill's snapshot (its training-data extraction is
@@ -1154,10 +1144,8 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
             self.generation_strategy._generator_runs.extend(worker.recorded)
         demand = self._demand - worker.demand
         self._peak_demand = max(self._peak_demand, demand)
-        self._demands.append(demand)
-        typical = sorted(self._demands)[(len(self._demands) - 1) // 2]
         self._refill_size = refill_size(
-            typical, self._get_max_pending_trials(), self.lookahead
+            demand, self._get_max_pending_trials(), self.lookahead
         )
         runs = worker.runs or []
         self.generation_calls.append(
@@ -1195,10 +1183,8 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         durations = self._recent_durations()
         if generation_behind(self._seconds_per_trial, durations, k):
             self.catch_up_at = len(self.experiment.trials)
-            # The refills and the queue's target grown while generation fell
-            # behind start again at k.
-            self._refill_size, self._peak_demand = None, 0
-            self._demands.clear()
+            # The refills grown while generation fell behind start again at k.
+            self._refill_size = None
             logger.info(
                 "Generation (%.3g s a trial) falls behind %d workers (median "
                 "evaluation %.3g s): BBKB batches now fill past the rule's stop "

@@ -663,7 +663,7 @@ def test_catch_up_needs_starved_requests_and_restarts_the_refills_at_k(monkeypat
         catch_up_fill=0.75,
     )
     monkeypatch.setattr(LookaheadOrchestrator, "_recent_durations", lambda s: [0.3])
-    orchestrator._refill_size, orchestrator._peak_demand = 20, 12
+    orchestrator._refill_size = 20
     orchestrator._starved = ray_module.CATCH_UP_STARVED - 1
     for _ in range(ray_module.PACE_CALLS):  # 0.5 s a trial against 0.1 s
         orchestrator._record_pace(wall=2.0, generated=4)
@@ -674,7 +674,6 @@ def test_catch_up_needs_starved_requests_and_restarts_the_refills_at_k(monkeypat
     monkeypatch.setattr(ray_module, "CATCH_UP_WORKERS", WORKERS)
     orchestrator._record_pace(wall=2.0, generated=4)
     assert orchestrator.catch_up_at == 0 and orchestrator._refill_size is None
-    assert orchestrator.queue_target == WORKERS
     assert len(orchestrator._seconds_per_trial) == ray_module.PACE_CALLS + 2
     with pytest.raises(ValueError, match="catch_up_fill"):
         LookaheadOrchestrator(
