@@ -100,8 +100,8 @@ from botorch_sketch.ax.trials import gen_filled_batch, trials_left_in_generating
 from botorch_sketch.models.validation import check_fraction
 
 __all__ = [
-    "CATCH_UP_STARVED",
-    "CATCH_UP_WORKERS",
+    "PACE_FILL_WORKERS",
+    "PACE_HEADROOM",
     "LOOKAHEAD_PER_WORKER",
     "PACE_CALLS",
     "PACE_TRIALS",
@@ -110,7 +110,7 @@ __all__ = [
     "RayMetric",
     "RayRunner",
     "configure_ray",
-    "generation_behind",
+    "generation_ahead",
     "refill_size",
     "register_ray_storage",
     "run_trials",
@@ -277,53 +277,59 @@ THREAD_SWITCH_INTERVAL = 5e-4
 #: Rounds of :meth:`RayRunner.warm_up` tasks at most.
 WARM_UP_ROUNDS = 5
 
-#: Generation calls whose median wall time per trial :func:`generation_behind`
+#: Generation calls whose median wall time per trial :func:`generation_ahead`
 #: compares with the workers' pace.
 PACE_CALLS = 3
 
 #: Most recent completed trials whose median evaluation time sets the pace.
 PACE_TRIALS = 64
 
-#: Requests that found no queued trial (on the strategy's last node) before
-#: :class:`LookaheadOrchestrator` may switch to its ``catch_up_fill``: the first
-#: model call always waits, and a generation that keeps up on average only
-#: makes a worker wait at a hyperparameter refit.
-CATCH_UP_STARVED = 2
-
 #: Fewest workers (``max_pending_trials``) at which :class:`LookaheadOrchestrator`
-#: switches to its ``catch_up_fill``. With 8 workers of a second the refills
-#: keep up once they have grown past their fixed costs (a refit every 20 % of
-#: growth makes the early ones slow per trial), and ``thompson_fill=1.0`` lowered
-#: the utilisation there (0.958-0.965 against 0.966-0.988 with the strategy's
-#: ``0.5``; ``benchmarks/results/ray_workers_summary.md``, session 33).
-CATCH_UP_WORKERS = 16
+#: uses its ``pace_fill``. With 8 workers of a second the refills keep up with
+#: the strategy's own fill once they have grown past their fixed costs, and
+#: ``thompson_fill=1.0`` lowered the utilisation there (0.958-0.965 against
+#: 0.966-0.988 with the strategy's ``0.5``); with 32, the strategy's fill fell
+#: behind (0.42-0.49) where ``1.0`` kept up (0.91;
+#: ``benchmarks/results/ray_workers_summary.md``, sessions 32-33).
+PACE_FILL_WORKERS = 16
+
+#: How many times faster than the workers' pace generation must be (per trial,
+#: with the ``pace_fill``) before :class:`LookaheadOrchestrator` gives the
+#: strategy its own fill back: greedy points cost about three times a Thompson
+#: sample's.
+PACE_HEADROOM = 4.0
 
 
-def generation_behind(
+def generation_ahead(
     seconds_per_trial: Sequence[float],
     durations: Sequence[float],
     workers: int,
     calls: int = PACE_CALLS,
+    headroom: float = PACE_HEADROOM,
 ) -> bool:
-    r"""Whether generation falls behind ``workers`` parallel evaluations.
+    r"""Whether generation runs ``headroom`` times ahead of ``workers`` evaluations.
 
     ``k`` workers whose evaluations take a median ``tau`` seconds free a slot
-    every ``tau / k`` seconds; a generation that takes longer per trial holds
-    workers idle however far ahead it runs. Behind: the median wall time per
-    trial of the last ``calls`` generation calls exceeds ``tau / k``
-    (``durations``: evaluation times of recent trials, seconds). A median
-    over calls, so that one slow call (a hyperparameter refit) does not count.
+    every ``tau / k`` seconds; generation keeps them busy only while it costs
+    less per trial. Ahead: the median wall time per trial of the last ``calls``
+    generation calls times ``headroom`` is below ``tau / k`` (``durations``:
+    evaluation times of recent trials, seconds). A median over calls, so that
+    one slow call (a hyperparameter refit) does not count.
 
     Returns:
         ``False`` with fewer than ``calls`` calls or no duration.
     """
     _check_count("workers", workers, minimum=1)
     _check_count("calls", calls, minimum=1)
+    if isinstance(headroom, bool) or not (
+        isinstance(headroom, int | float) and headroom >= 1
+    ):
+        raise ValueError(f"headroom must be a number >= 1, got {headroom!r}")
     if len(seconds_per_trial) < calls or not durations:
         return False
     per_trial = sorted(seconds_per_trial[-calls:])[(calls - 1) // 2]
     tau = sorted(durations)[(len(durations) - 1) // 2]
-    return per_trial > tau / workers
+    return per_trial * headroom < tau / workers
 
 
 class RayRunner(IRunner):
@@ -811,20 +817,18 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
 
     Generation keeps up only while it costs less per trial than the workers'
     pace, ``tau / k`` for evaluations of median time ``tau``: with many workers
-    (32 evaluations of a second, about 30 ms a trial) the batch rule's greedy
+    (32 evaluations of a second, about 23 ms a trial) the batch rule's greedy
     points (each an acquisition optimisation with every queued and running
-    trial hallucinated) cost more. With at least :data:`CATCH_UP_WORKERS`
-    workers, once a request has found the queue empty
-    :data:`CATCH_UP_STARVED` times on the strategy's last node and
-    :func:`generation_behind` says so (the median over :data:`PACE_CALLS`
-    calls there against the median evaluation time of the last
-    :data:`PACE_TRIALS` completed trials), every later call on a BBKB node
-    fills the points past
-    the rule's own batch with ``catch_up_fill`` as the acquisition's
-    ``thompson_fill`` (posterior samples, a fraction of a greedy point's
-    cost); the switch is kept for the rest of the run (a trial's generation
-    cost only grows with the data), the next refill starts again at ``k``
-    trials, and :attr:`catch_up_at` records when it came.
+    trial hallucinated) cost more, and refills that fall behind grow and get
+    slower. With at least :data:`PACE_FILL_WORKERS` workers every call on a
+    BBKB node therefore fills the points past the rule's own batch with
+    ``pace_fill`` as the acquisition's ``thompson_fill`` (posterior samples,
+    a fraction of a greedy point's cost), until :func:`generation_ahead` finds
+    generation :data:`PACE_HEADROOM` times faster than the pace (the median
+    over :data:`PACE_CALLS` calls on the strategy's last node against the
+    median evaluation time of the last :data:`PACE_TRIALS` completed trials;
+    slow evaluations): from then on the strategy's own fill, and
+    :attr:`pace_fill_until` records when.
 
     Args:
         experiment, generation_strategy, options, db_settings: As
@@ -842,15 +846,14 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
             platform forks, :func:`fork_available`), which keeps the
             generation's interpreter lock and CPU off the Orchestrator's
             loop; ``False``: no background refill.
-        catch_up_fill: The ``thompson_fill`` of BBKB calls once generation
-            falls behind the workers (above), in ``[0, 1]``; ``None``: the
-            strategy's own throughout.
+        pace_fill: The ``thompson_fill`` of BBKB calls with many workers
+            (above), in ``[0, 1]``; ``None``: the strategy's own throughout.
 
     Attributes:
         generation_calls: One :class:`GenerationCall` per request, in order.
         background_mode: ``"thread"``, ``"process"`` or ``None``.
-        catch_up_at: Trials in the experiment when ``catch_up_fill`` took over
-            (``None``: not, or not yet).
+        pace_fill_until: Trials in the experiment when the strategy got its own
+            fill back (``None``: not, or not yet).
     """
 
     def __init__(
@@ -863,12 +866,12 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         max_queue_age: int | None = None,
         generate_ahead: bool = False,
         background: bool | str = False,
-        catch_up_fill: float | None = None,
+        pace_fill: float | None = None,
     ) -> None:
         _check_count("lookahead", lookahead, minimum=0)
         mode = background_mode(background)
-        if catch_up_fill is not None:
-            check_fraction(catch_up_fill, "catch_up_fill")
+        if pace_fill is not None:
+            check_fraction(pace_fill, "pace_fill")
         if max_queue_age is not None:
             _check_count("max_queue_age", max_queue_age, minimum=1)
         super().__init__(
@@ -900,12 +903,10 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         #: The last thread refill's snapshot (its training-data extraction is
         #: the next snapshot's starting point).
         self._last_snapshot: Any = None
-        self.catch_up_fill = None if catch_up_fill is None else float(catch_up_fill)
-        self.catch_up_at: int | None = None
+        self.pace_fill = None if pace_fill is None else float(pace_fill)
+        self.pace_fill_until: int | None = None
         #: Wall seconds per trial of each generation call on the last node.
         self._seconds_per_trial: list[float] = []
-        #: Requests on the last node that found no queued run (they waited).
-        self._starved = 0
 
     @property
     def background(self) -> bool:
@@ -958,7 +959,6 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         self._demand += num_trials
         self._drop_stale_queue()
         if not self._queue and self._worker is not None:
-            self._starved += 1
             self._finish_background(wait=True)  # the refill in flight serves
             self._drop_stale_queue()
         if self._queue:
@@ -982,7 +982,6 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
             self._enqueue(runs[num_trials:], self._num_completed())
             runs = runs[:num_trials]
             if last:
-                self._starved += 1
                 self._record_pace(time.perf_counter() - wall, generated)
         self.generation_calls.append(
             GenerationCall(
@@ -1170,29 +1169,32 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         if keep:
             self._enqueue(runs, worker.completed)
 
+    @property
+    def pacing(self) -> bool:
+        r"""Whether BBKB calls now use ``pace_fill`` (class docstring)."""
+        return (
+            self.pace_fill is not None
+            and self.pace_fill_until is None
+            and self._get_max_pending_trials() >= PACE_FILL_WORKERS
+        )
+
     def _record_pace(self, wall: float, generated: int) -> None:
-        r"""Record a last-node call's wall time per trial; switch to
-        ``catch_up_fill`` once :func:`generation_behind` says so."""
-        if generated < 1 or self.catch_up_fill is None:
+        r"""Record a last-node call's wall time per trial; give the strategy its
+        own fill back once :func:`generation_ahead` says so."""
+        if generated < 1 or not self.pacing:
             return
         self._seconds_per_trial.append(wall / generated)
-        k = self._get_max_pending_trials()
-        waited = self._starved >= CATCH_UP_STARVED
-        if self.catch_up_at is not None or not waited or k < CATCH_UP_WORKERS:
-            return
         durations = self._recent_durations()
-        if generation_behind(self._seconds_per_trial, durations, k):
-            self.catch_up_at = len(self.experiment.trials)
-            # The refills grown while generation fell behind start again at k.
-            self._refill_size = None
+        k = self._get_max_pending_trials()
+        if generation_ahead(self._seconds_per_trial, durations, k):
+            self.pace_fill_until = len(self.experiment.trials)
             logger.info(
-                "Generation (%.3g s a trial) falls behind %d workers (median "
-                "evaluation %.3g s): BBKB batches now fill past the rule's stop "
-                "with thompson_fill=%g.",
+                "Generation (%.3g s a trial) is well ahead of %d workers (median "
+                "evaluation %.3g s): BBKB batches take the strategy's own "
+                "thompson_fill again.",
                 sorted(self._seconds_per_trial[-PACE_CALLS:])[(PACE_CALLS - 1) // 2],
                 k,
                 sorted(durations)[(len(durations) - 1) // 2],
-                self.catch_up_fill,
             )
 
     def _recent_durations(self) -> list[float]:
@@ -1246,9 +1248,7 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
                     experiment,
                     num_trials,
                     fixed_features=fixed,
-                    thompson_fill=None
-                    if self.catch_up_at is None
-                    else self.catch_up_fill,
+                    thompson_fill=self.pace_fill if self.pacing else None,
                 )
                 if runs is not None:
                     return [[run] for run in runs]
@@ -1526,7 +1526,7 @@ def run_trials(
     max_queue_age: int | None = None,
     generate_ahead: bool = False,
     background: bool | str = True,
-    catch_up_fill: float | None = 1.0,
+    pace_fill: float | None = 1.0,
 ) -> LookaheadOrchestrator:
     r"""``client.run_trials`` without its pauses, filling free slots in one call.
 
@@ -1562,17 +1562,17 @@ def run_trials(
             and are served from it (:class:`LookaheadOrchestrator`): ``True``
             or ``"thread"`` in a thread, ``"process"`` in a forked child
             process; ``False``: in the Orchestrator's loop.
-        catch_up_fill: With a BBKB strategy and at least
-            :data:`CATCH_UP_WORKERS` workers, the ``thompson_fill`` of every
-            generation call once generation falls behind the workers' pace
+        pace_fill: With a BBKB strategy and at least :data:`PACE_FILL_WORKERS`
+            workers, the ``thompson_fill`` of every generation call until
+            generation is well ahead of the workers' pace
             (:class:`LookaheadOrchestrator`; ``1.0``: every point past the batch
             rule's stop a posterior sample); ``None``: the strategy's own. The
-            switch follows measured times: a run that must repeat exactly
+            switch back follows measured times: a run that must repeat exactly
             passes ``None``.
 
     Returns:
         The orchestrator (its ``generation_calls`` time every request,
-        ``catch_up_at`` says when ``catch_up_fill`` took over).
+        ``pace_fill_until`` says when the strategy's own fill came back).
     """
     if not isinstance(client._experiment.runner, RayRunner):
         raise ValueError("run_trials needs a client configured with configure_ray")
@@ -1584,8 +1584,8 @@ def run_trials(
     if max_queue_age is not None:
         _check_count("max_queue_age", max_queue_age, minimum=1)
     background_mode(background)  # checked before anything runs
-    if catch_up_fill is not None:
-        check_fraction(catch_up_fill, "catch_up_fill")
+    if pace_fill is not None:
+        check_fraction(pace_fill, "pace_fill")
     storage = client._storage_config
     orchestrator = LookaheadOrchestrator(
         experiment=client._experiment,
@@ -1604,7 +1604,7 @@ def run_trials(
         max_queue_age=max_queue_age,
         generate_ahead=generate_ahead,
         background=background,
-        catch_up_fill=catch_up_fill,
+        pace_fill=pace_fill,
     )
     orchestrator.run_n_trials(max_trials=max_trials)
     return orchestrator

@@ -33,7 +33,7 @@ from botorch_sketch.ax.ray import (
     RayRunner,
     background_mode,
     fork_available,
-    generation_behind,
+    generation_ahead,
     parse_outcome,
     refill_size,
     run_trials,
@@ -524,8 +524,8 @@ def test_a_failing_background_refill_is_reported_and_the_run_goes_on(
         ({"parallelism": 0}, ValueError),
         ({"background": 1}, TypeError),
         ({"background": "fork"}, ValueError),
-        ({"catch_up_fill": 1.5}, ValueError),
-        ({"catch_up_fill": True}, ValueError),
+        ({"pace_fill": 1.5}, ValueError),
+        ({"pace_fill": True}, ValueError),
     ],
 )
 def test_run_trials_rejects_bad_queue_arguments(kwargs, error):
@@ -592,37 +592,33 @@ def test_gen_filled_batch_overrides_thompson_fill_for_the_call_only(monkeypatch)
 
 
 @pytest.mark.parametrize(
-    "per_trial, durations, workers, behind",
+    "per_trial, durations, workers, ahead",
     [
-        ([0.05] * 2, [1.0], 32, False),  # fewer calls than PACE_CALLS = 3
-        ([0.05] * 3, [], 32, False),  # no evaluation finished yet
-        ([0.05] * 3, [1.0, 1.0, 0.5], 32, True),  # 50 ms > 1 s / 32
-        ([0.05] * 3, [1.0, 1.0, 0.5], 8, False),  # 50 ms < 1 s / 8
-        ([0.01, 0.01, 9.0], [1.0], 32, False),  # one slow refit
-        ([9.0, 9.0, 9.0, 0.01, 0.01, 0.01], [1.0], 32, False),  # the recent calls
+        ([0.001] * 2, [1.0], 32, False),  # fewer calls than PACE_CALLS = 3
+        ([0.001] * 3, [], 32, False),  # no evaluation finished yet
+        ([0.005] * 3, [1.0, 1.0, 0.5], 32, True),  # 4 x 5 ms < 1 s / 32
+        ([0.01] * 3, [1.0, 1.0, 0.5], 32, False),  # 4 x 10 ms > 1 s / 32
+        ([0.01] * 3, [1.0, 1.0, 0.5], 8, True),  # 4 x 10 ms < 1 s / 8
+        ([0.001, 0.001, 9.0], [1.0], 32, True),  # one slow refit
+        ([0.001, 0.001, 0.001, 9.0, 9.0, 9.0], [1.0], 32, False),  # recent calls
     ],
 )
-def test_generation_behind_compares_the_median_call_with_the_workers_pace(
-    per_trial, durations, workers, behind
+def test_generation_ahead_compares_the_median_call_with_the_workers_pace(
+    per_trial, durations, workers, ahead
 ):
-    assert generation_behind(per_trial, durations, workers) is behind
+    assert generation_ahead(per_trial, durations, workers) is ahead
 
 
-def test_generation_behind_rejects_bad_counts():
+def test_generation_ahead_rejects_bad_arguments():
     with pytest.raises(ValueError, match="workers"):
-        generation_behind([0.1] * 3, [1.0], 0)
+        generation_ahead([0.1] * 3, [1.0], 0)
     with pytest.raises(TypeError, match="calls"):
-        generation_behind([0.1] * 3, [1.0], 2, calls=2.5)
+        generation_ahead([0.1] * 3, [1.0], 2, calls=2.5)
+    with pytest.raises(ValueError, match="headroom"):
+        generation_ahead([0.1] * 3, [1.0], 2, headroom=0.5)
 
 
-@pytest.mark.parametrize("catch_up_fill", [1.0, None])
-def test_run_trials_fills_with_thompson_samples_once_generation_falls_behind(
-    monkeypatch, catch_up_fill
-):
-    """10 ms evaluations on 3 workers (``CATCH_UP_WORKERS`` lowered to 3):
-    every generation call (tens of milliseconds a trial) is behind, so after
-    ``PACE_CALLS`` calls on the last node the refills get ``catch_up_fill``;
-    with ``None`` never."""
+def _record_fills(monkeypatch) -> list:
     fills = []
     original = ray_module.gen_filled_batch
 
@@ -631,74 +627,62 @@ def test_run_trials_fills_with_thompson_samples_once_generation_falls_behind(
         return original(*args, **kwargs)
 
     monkeypatch.setattr(ray_module, "gen_filled_batch", record)
-    monkeypatch.setattr(ray_module, "CATCH_UP_WORKERS", WORKERS)
+    return fills
+
+
+@pytest.mark.parametrize("pace_fill", [1.0, None])
+def test_run_trials_fills_with_thompson_samples_with_many_workers(
+    monkeypatch, pace_fill
+):
+    """``PACE_FILL_WORKERS`` lowered to 3: every BBKB call gets ``pace_fill``
+    (10 ms evaluations: generation is never well ahead); with ``None`` none."""
+    fills = _record_fills(monkeypatch)
+    monkeypatch.setattr(ray_module, "PACE_FILL_WORKERS", WORKERS)
     client = make_client(initialization_budget=4)
     configure_ray(client, make_evaluate(sleep=0.01), num_workers=WORKERS)
     orchestrator = run_trials(
-        client,
-        max_trials=34,
-        parallelism=WORKERS,
-        lookahead=WORKERS,
-        catch_up_fill=catch_up_fill,
+        client, max_trials=24, parallelism=WORKERS, pace_fill=pace_fill
     )
-    assert trials_by_status(client) == {TrialStatus.COMPLETED: list(range(34))}
-    assert len(fills) > ray_module.PACE_CALLS
-    if catch_up_fill is None:
-        assert orchestrator.catch_up_at is None and set(fills) == {None}
-    else:
-        assert 4 <= orchestrator.catch_up_at < 34
-        assert fills[: ray_module.PACE_CALLS] == [None] * ray_module.PACE_CALLS
-        assert fills[-1] == 1.0 and set(fills) == {None, 1.0}
+    assert trials_by_status(client) == {TrialStatus.COMPLETED: list(range(24))}
+    assert len(fills) > 1 and orchestrator.pace_fill_until is None
+    assert set(fills) == {pace_fill}
+    assert orchestrator.pacing is (pace_fill is not None)
 
 
-def test_catch_up_needs_starved_requests_and_restarts_the_refills_at_k(monkeypatch):
-    client = make_client(initialization_budget=4)
-    configure_ray(client, make_evaluate(), num_workers=WORKERS)
-    orchestrator = LookaheadOrchestrator(
-        experiment=client._experiment,
-        generation_strategy=client._generation_strategy_or_choose(),
-        options=OrchestratorOptions(max_pending_trials=WORKERS),
-        lookahead=8 * WORKERS,
-        background=True,
-        catch_up_fill=0.75,
-    )
-    monkeypatch.setattr(LookaheadOrchestrator, "_recent_durations", lambda s: [0.3])
-    orchestrator._refill_size = 20
-    orchestrator._starved = ray_module.CATCH_UP_STARVED - 1
-    for _ in range(ray_module.PACE_CALLS):  # 0.5 s a trial against 0.1 s
-        orchestrator._record_pace(wall=2.0, generated=4)
-    assert orchestrator.catch_up_at is None  # behind, but no worker waited twice
-    orchestrator._starved += 1
-    orchestrator._record_pace(wall=2.0, generated=4)
-    assert orchestrator.catch_up_at is None  # fewer than CATCH_UP_WORKERS
-    monkeypatch.setattr(ray_module, "CATCH_UP_WORKERS", WORKERS)
-    orchestrator._record_pace(wall=2.0, generated=4)
-    assert orchestrator.catch_up_at == 0 and orchestrator._refill_size is None
-    assert len(orchestrator._seconds_per_trial) == ray_module.PACE_CALLS + 2
-    with pytest.raises(ValueError, match="catch_up_fill"):
-        LookaheadOrchestrator(
-            experiment=client._experiment,
-            generation_strategy=client._generation_strategy_or_choose(),
-            options=OrchestratorOptions(max_pending_trials=WORKERS),
-            catch_up_fill=2.0,
-        )
-
-
-def test_run_trials_keeps_the_strategys_fill_while_generation_keeps_up(
+def test_run_trials_gives_the_strategy_its_fill_back_when_generation_is_ahead(
     monkeypatch,
 ):
-    """Evaluations that take long against the generation (faked here): no
-    switch."""
-    monkeypatch.setattr(
-        LookaheadOrchestrator, "_recent_durations", lambda self: [3600.0]
-    )
+    """Evaluations that take long against the generation (faked here): after
+    ``PACE_CALLS`` calls the strategy's own fill; with fewer workers than
+    ``PACE_FILL_WORKERS``, the strategy's own throughout."""
+    fills = _record_fills(monkeypatch)
+    monkeypatch.setattr(LookaheadOrchestrator, "_recent_durations", lambda s: [3600.0])
     client = make_client(initialization_budget=4)
     configure_ray(client, make_evaluate(sleep=0.01), num_workers=WORKERS)
     orchestrator = run_trials(
         client, max_trials=30, parallelism=WORKERS, lookahead=WORKERS
     )
-    assert len(orchestrator._seconds_per_trial) > ray_module.PACE_CALLS
-    assert orchestrator.catch_up_at is None
+    assert set(fills) == {None} and orchestrator.pace_fill_until is None
+    assert not orchestrator.pacing and not orchestrator._seconds_per_trial
+
+    monkeypatch.setattr(ray_module, "PACE_FILL_WORKERS", WORKERS)
+    fills.clear()
+    client = make_client(initialization_budget=4)
+    configure_ray(client, make_evaluate(sleep=0.01), num_workers=WORKERS)
+    orchestrator = run_trials(
+        client, max_trials=30, parallelism=WORKERS, lookahead=WORKERS
+    )
+    calls = ray_module.PACE_CALLS
+    assert fills[:calls] == [1.0] * calls and fills[-1] is None
+    assert 4 < orchestrator.pace_fill_until < 30 and not orchestrator.pacing
+    assert len(orchestrator._seconds_per_trial) == calls
+    with pytest.raises(ValueError, match="pace_fill"):
+        LookaheadOrchestrator(
+            experiment=client._experiment,
+            generation_strategy=client._generation_strategy_or_choose(),
+            options=OrchestratorOptions(max_pending_trials=WORKERS),
+            pace_fill=2.0,
+        )
 
 
 def test_snapshot_is_independent_of_the_experiment_and_shares_its_runs():
