@@ -16,7 +16,8 @@ the same runner and ``k`` workers:
   a slot frees and the queue is empty;
 - ``bbkb background``: ``run_trials``' default: a queue refilled in a thread
   (``background=True``) while freed workers are served from it, by refills of
-  ``k`` to ``lookahead`` (default ``8k``, as ``run_trials``) trials sized by the demand;
+  ``k`` to ``lookahead`` (default ``8k``, as ``run_trials``) trials sized by the demand,
+  with ``run_trials``' ``pace_fill`` (``--pace-fill``, default ``1.0``; ``none``);
 - ``bbkb process``: as ``bbkb background`` with each refill in a forked child
   process (``background="process"``): the generation's CPU and interpreter lock
   off the Orchestrator's loop (its CPU is in the refills' calls, not in the
