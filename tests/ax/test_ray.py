@@ -537,14 +537,21 @@ def test_run_trials_rejects_bad_queue_arguments(kwargs, error):
     assert len(client._experiment.trials) == 0
 
 
-def test_gen_filled_batch_gives_one_batch_of_n_and_restores_the_strategy():
+def client_on_its_bbkb_node(seed: int) -> tuple[Client, int]:
+    """Six completed trials and one running (its generation moved the strategy
+    to its BBKB node); returns the client and the running trial's index."""
     client = make_client(initialization_budget=4)
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     for _ in range(6):
         x = rng.random(2)
         index = client.attach_trial({"x1": float(x[0]), "x2": float(x[1])})
         client.complete_trial(index, {"f": float(((x - 0.4) ** 2).sum())})
-    (running,) = client.get_next_trials(max_trials=1)  # pending: hallucinated
+    (running,) = client.get_next_trials(max_trials=1)
+    return client, running
+
+
+def test_gen_filled_batch_gives_one_batch_of_n_and_restores_the_strategy():
+    client, running = client_on_its_bbkb_node(0)  # the running one: hallucinated
     strategy, experiment = client._generation_strategy, client._experiment
     assert trials_left_in_generating_node(strategy, experiment) is None
     spec = strategy._curr.generator_specs[0]
@@ -562,13 +569,7 @@ def test_gen_filled_batch_gives_one_batch_of_n_and_restores_the_strategy():
 
 
 def test_gen_filled_batch_overrides_thompson_fill_for_the_call_only(monkeypatch):
-    client = make_client(initialization_budget=4)
-    rng = np.random.default_rng(1)
-    for _ in range(6):
-        x = rng.random(2)
-        index = client.attach_trial({"x1": float(x[0]), "x2": float(x[1])})
-        client.complete_trial(index, {"f": float(((x - 0.4) ** 2).sum())})
-    client.get_next_trials(max_trials=1)  # moves the strategy to its BBKB node
+    client, _ = client_on_its_bbkb_node(1)
     strategy, experiment = client._generation_strategy, client._experiment
     spec = strategy._curr.generator_specs[0]
     options = dict(spec.generator_kwargs["acquisition_options"])
