@@ -23,7 +23,10 @@ launches), keeps ``k`` trials in flight:
   ``L`` trials more are generated, kept in memory and handed to the next
   free slots without a fit; by default (``L = 8 k``, ``background=True``) that
   queue is refilled in a thread while freed workers are served from it, by
-  refills whose size follows the demand (between ``k`` and ``L``). Queued
+  refills whose size follows the demand (between ``k`` and ``L``); with 16
+  or more workers a BBKB refill's points past the batch rule's stop are
+  posterior samples (``pace_fill``) until generation runs well ahead of the
+  workers. Queued
   trials come from the posterior of their generation call with the then
   running and queued trials hallucinated (asynchronous BBKB's batch-start
   posterior); a queued trial is dropped when ``max_queue_age`` trials have
