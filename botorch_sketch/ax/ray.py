@@ -103,10 +103,10 @@ from botorch_sketch.ax.trials import gen_filled_batch, trials_left_in_generating
 from botorch_sketch.models.validation import check_fraction
 
 __all__ = [
-    "PACE_FILL_WORKERS",
-    "PACE_HEADROOM",
     "LOOKAHEAD_PER_WORKER",
     "PACE_CALLS",
+    "PACE_FILL_WORKERS",
+    "PACE_HEADROOM",
     "PACE_TRIALS",
     "GenerationCall",
     "LookaheadOrchestrator",
