@@ -91,7 +91,8 @@ batches of ``--batch``):
   ``num_regions=2`` / ``3`` / ``5`` (TuRBO-m: that many trust regions, the batch
   allocated across them by Thompson sampling); ``turbo-bkb-m3-g0.1-path``: three
   regions with ``region_fit="periodic"`` and ``thompson="pathwise"`` (each region
-  on its own refit schedule; for one point at a time).
+  on its own refit schedule; for one point at a time); ``turbo-bkb-m3-g0.1``:
+  the same with the joint Thompson sample.
 - ``turbo-bkb-mps`` (rows only, not runnable): ``"turbo-bkb"`` before its joint
   Thompson samples were drawn by ``NystromGP.sample_joint`` from a seeded
   generator (commit e822bdc; before, BoTorch's ``MaxPosteriorSampling`` drew them
@@ -287,6 +288,7 @@ METHODS = (
     "turbo-bkb-m2",
     "turbo-bkb-m3",
     "turbo-bkb-m3-g0.1-path",
+    "turbo-bkb-m3-g0.1",
     "turbo-bkb-m5",
     "bbkb-r5",
     "bbkb-basin0.34",
@@ -409,6 +411,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
             "refit_growth": 0.1,
             "thompson": "pathwise",
         },
+    ),
+    "turbo-bkb-m3-g0.1": (
+        "turbo-bkb",
+        {"num_regions": 3, "region_fit": "periodic", "refit_growth": 0.1},
     ),
     "turbo-bkb-m5": ("turbo-bkb", {"num_regions": 5}),
     "bbkb-r5": ("bbkb", {"num_restarts": 5}),
