@@ -162,7 +162,7 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
     configure_ray(client, evaluate, num_workers=k)
     load = os.getloadavg()[0]
     t0, cpu0 = time.time(), time.process_time()
-    calls = []
+    calls, orchestrator = [], None
     if method == "bbkb sync":
         for _ in range(math.ceil(args.trials / k)):
             calls += run_trials(client, max_trials=k, parallelism=k).generation_calls
@@ -218,8 +218,11 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
         if n <= args.trials
     }
     generated = sum(c.generated for c in calls) or 1
-    paced = getattr(locals().get("orchestrator"), "pacing", False)
-    until = getattr(locals().get("orchestrator"), "pace_fill_until", None)
+    pace = "-"  # LookaheadOrchestrator's pace_fill: until when it was used
+    if orchestrator is not None and orchestrator.pace_fill_until is not None:
+        pace = orchestrator.pace_fill_until
+    elif orchestrator is not None and orchestrator.pacing:
+        pace = "to the end"
     return {
         "problem": problem,
         "method": method,
@@ -241,7 +244,7 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
         "CPU per trial [s]": sum(c.cpu for c in calls) / generated,
         **at_n,
         "gen wall share": sum(c.wall for c in requests) / wall,
-        "pace fill": "-" if not (paced or until) else (until or "to the end"),
+        "pace fill": pace,
         "loop CPU [s]": cpu,
         "best value": float(best[-1]),
         "simple regret": float(best[-1]) - optimum,

@@ -1187,6 +1187,8 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         if generated < 1 or not self.pacing:
             return
         self._seconds_per_trial.append(wall / generated)
+        if len(self._seconds_per_trial) < PACE_CALLS:
+            return
         durations = self._recent_durations()
         k = self._get_max_pending_trials()
         if generation_ahead(self._seconds_per_trial, durations, k):
@@ -1204,9 +1206,10 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         r"""Evaluation seconds of the last :data:`PACE_TRIALS` completed trials:
         the worker's start to finish (run metadata) where recorded, else Ax's
         run-start to completion times."""
-        completed = self.experiment.trials_by_status[TrialStatus.COMPLETED]
+        trials = self.experiment.trials
+        recent = sorted(self._indices_with(TrialStatus.COMPLETED))[-PACE_TRIALS:]
         durations = []
-        for trial in completed[-PACE_TRIALS:]:
+        for trial in (trials[i] for i in recent):
             meta = trial.run_metadata or {}
             start, end = meta.get(STARTED_KEY), meta.get(FINISHED_KEY)
             if start is None or end is None:
@@ -1279,7 +1282,7 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
         self._queue = kept
 
     def _num_completed(self) -> int:
-        return len(self.experiment.trials_by_status[TrialStatus.COMPLETED])
+        return len(self.experiment.trial_indices_by_status[TrialStatus.COMPLETED])
 
 
 #: :func:`run_trials`' default ``lookahead`` per worker: the queue may hold up to
