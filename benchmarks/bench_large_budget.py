@@ -307,6 +307,10 @@ METHODS = (
     "turbo-bkb-w300",
     "turbo-bkb-w600",
     "turbo-bkb-w300-mean",
+    "turbo-bkb-g0.1-auto",
+    "turbo-bkb-g0.1-mean",
+    "turbo-bkb-g0.1-auto-mean",
+    "turbo-bkb-g0.1-scipyftol",
 )
 #: Benchmark names of a package strategy with options: ``name -> (strategy, options)``.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -326,6 +330,29 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         {"region_max_points": 300, "incumbent": "mean"},
     ),
     "turbo-bkb-g0.1": ("turbo-bkb", {"region_fit": "periodic", "refit_growth": 0.1}),
+    # One point at a time on Levy10 (session 34): the periodic region with the
+    # joint sample, and the window / mean incumbent / SciPy's fit tolerance.
+    "turbo-bkb-g0.1-auto": (
+        "turbo-bkb",
+        {"region_fit": "periodic", "refit_growth": 0.1, "region_max_points": "auto"},
+    ),
+    "turbo-bkb-g0.1-mean": (
+        "turbo-bkb",
+        {"region_fit": "periodic", "refit_growth": 0.1, "incumbent": "mean"},
+    ),
+    "turbo-bkb-g0.1-auto-mean": (
+        "turbo-bkb",
+        {
+            "region_fit": "periodic",
+            "refit_growth": 0.1,
+            "region_max_points": "auto",
+            "incumbent": "mean",
+        },
+    ),
+    "turbo-bkb-g0.1-scipyftol": (
+        "turbo-bkb",
+        {"region_fit": "periodic", "refit_growth": 0.1, "fit_tolerance": None},
+    ),
     "turbo-bkb-g0.1-path": (
         "turbo-bkb",
         {"region_fit": "periodic", "refit_growth": 0.1, "thompson": "pathwise"},
