@@ -46,6 +46,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import logging
 import math
@@ -206,6 +207,16 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
         np.array([t.run_metadata[FINISHED_KEY] for t in trials]),
         k,
     )
+    by_start = sorted(trials, key=lambda t: t.run_metadata[STARTED_KEY])
+    ceiling = list_schedule_utilisation(
+        np.array(
+            [
+                t.run_metadata[FINISHED_KEY] - t.run_metadata[STARTED_KEY]
+                for t in by_start
+            ]
+        ),
+        k,
+    )
     order = sorted(trials, key=lambda t: t.run_metadata[FINISHED_KEY])
     times = [t.run_metadata[FINISHED_KEY] - t0 for t in order]
     best = np.minimum.accumulate([float(df[t.index]) for t in order])
@@ -231,6 +242,8 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
         "trials": len(client._experiment.trials),
         "wall [s]": wall,
         "utilisation": busy / (k * wall),
+        "ceiling": ceiling,
+        "of ceiling": busy / (k * wall) / ceiling,
         "in flight": span / wall,
         **idle,
         "gen calls": len(calls),
@@ -299,6 +312,43 @@ def idle_breakdown(
     return {f"idle {p}": float(v / total) for p, v in idle.items()}
 
 
+def list_schedule_utilisation(durations: np.ndarray, k: int) -> float:
+    r"""The utilisation a scheduler with no latency would reach on ``durations``.
+
+    Each of ``k`` workers starts the next evaluation (in the given order) the
+    instant it frees, as if generation, dispatch and polling cost nothing:
+    ``sum(d) / (k * makespan)``. What stays below 1 is the start (fewer
+    evaluations than workers) and the tail of the last evaluations, which
+    a scheduler that cannot see the durations in advance does not avoid. Used as
+    the *ceiling* of a run, on that run's own durations in the order they
+    started.
+    """
+    durations = np.asarray(durations, dtype=float)
+    if k < 1 or durations.size == 0:
+        raise ValueError(f"need k >= 1 and durations, got k={k}, {durations.size}.")
+    free = [0.0] * k
+    for d in durations:
+        heapq.heappush(free, heapq.heappop(free) + float(d))
+    return float(durations.sum() / (k * max(free)))
+
+
+def expected_ceiling(
+    k: int, trials: int, mean: float, sigma: float, draws: int = 20
+) -> tuple[float, float, float]:
+    r"""Median, min and max of :func:`list_schedule_utilisation` over ``draws``
+    sets of ``trials`` log-normal durations (mean ``mean``, log-sd ``sigma``;
+    numpy seeds ``0 .. draws - 1``): the utilisation that no scheduler beats on
+    such evaluations, before any run."""
+    mu = math.log(mean) - sigma**2 / 2
+    values = [
+        list_schedule_utilisation(
+            np.random.default_rng(seed).lognormal(mu, sigma, trials), k
+        )
+        for seed in range(draws)
+    ]
+    return float(np.median(values)), min(values), max(values)
+
+
 def median_time(args: argparse.Namespace) -> float:
     """The evaluations' median duration: ``exp(mu)`` of the log-normal."""
     return math.exp(math.log(args.mean) - args.sigma**2 / 2)
@@ -333,6 +383,43 @@ def orchestrator_options(k: int, batches: bool) -> OrchestratorOptions:
     )
 
 
+def write_ceiling(args: argparse.Namespace, draws: int = 20) -> None:
+    r"""``ray_workers_ceiling.md``: :func:`expected_ceiling` for the issue's
+    worker counts and budgets, at ``--mean`` and ``--sigma``."""
+    rows = []
+    for k in (8, 32):
+        for trials in (500, 2000):
+            median, low, high = expected_ceiling(
+                k, trials, args.mean, args.sigma, draws
+            )
+            rows.append(
+                {
+                    "k": k,
+                    "trials": trials,
+                    "ceiling median": median,
+                    "worst": low,
+                    "best": high,
+                    "idle tail (median)": 1 - median,
+                }
+            )
+    intro = (
+        f"The utilisation of a scheduler with no latency (each of k workers takes "
+        f"the next evaluation the instant it frees) on {draws} draws of log-normal "
+        f"evaluation times, mean {args.mean} s, log-sd {args.sigma} (numpy seeds "
+        f"0-{draws - 1}; `list_schedule_utilisation`). What is missing to 1 is "
+        "the last evaluations' tail: workers that finish while the slowest few "
+        "still run have nothing left to start. A scheduler that cannot see the "
+        "durations beforehand does at best this (never keep a free worker "
+        "waiting); the runs' own *ceiling* column is the same computation on "
+        "the run's durations."
+    )
+    write_report(
+        RESULTS / "ray_workers_ceiling.md",
+        "Worker utilisation that no scheduler beats",
+        [intro, markdown_table(rows, list(rows[0]))],
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--k", type=int, default=8)
@@ -358,7 +445,16 @@ def main() -> None:
         default=1.0,
         help="LookaheadOrchestrator's pace_fill (run_trials' default 1.0; none)",
     )
+    parser.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="only write ray_workers_ceiling.md: the utilisation no scheduler "
+        "beats at k = 8, 32 and 500, 2,000 trials (no Ray run)",
+    )
     args = parser.parse_args()
+    if args.ceiling:
+        write_ceiling(args)
+        return
     logging.getLogger("ax").setLevel(logging.WARNING)
     logging.getLogger("botorch_sketch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
@@ -411,7 +507,8 @@ def main() -> None:
     fig.savefig(RESULTS / f"{name}.png", dpi=110)
 
     columns = ["problem", "method", "k", "seed", "trials", "wall [s]"]
-    columns += ["utilisation", "idle start", "idle middle", "idle end"]
+    columns += ["utilisation", "ceiling", "of ceiling"]
+    columns += ["idle start", "idle middle", "idle end"]
     columns += ["in flight", "gen calls", "late call wall [s]"]
     columns += ["late call CPU [s]", "max call wall [s]", "requests > median"]
     columns += ["longest at N", "CPU per trial [s]"]
@@ -424,6 +521,10 @@ def main() -> None:
         f"{args.trials} trials per run; evaluation time log-normal with mean "
         f"{args.mean} s and log-sd {args.sigma}. *utilisation*: worker-side busy "
         "time / (k x wall), wall from the first submission to the last finish; "
+        "*ceiling*: the utilisation of a scheduler with no latency on the run's "
+        "own durations in the order they started (each worker takes the next "
+        "evaluation the instant it frees): the start and the last evaluations' "
+        "tail that no scheduler avoids; *of ceiling*: utilisation / ceiling; "
         "*idle start / middle / end*: idle worker-seconds / (k x wall) until all "
         "k workers are first busy, between then and the last start, and after "
         "the last start (the last evaluations' tail); "
