@@ -311,6 +311,7 @@ METHODS = (
     "turbo-bkb-g0.1-mean",
     "turbo-bkb-g0.1-auto-mean",
     "turbo-bkb-g0.1-scipyftol",
+    "turbo-bkb-g0.1-mean-scipyftol",
 )
 #: Benchmark names of a package strategy with options: ``name -> (strategy, options)``.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -352,6 +353,15 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-g0.1-scipyftol": (
         "turbo-bkb",
         {"region_fit": "periodic", "refit_growth": 0.1, "fit_tolerance": None},
+    ),
+    "turbo-bkb-g0.1-mean-scipyftol": (
+        "turbo-bkb",
+        {
+            "region_fit": "periodic",
+            "refit_growth": 0.1,
+            "incumbent": "mean",
+            "fit_tolerance": None,
+        },
     ),
     "turbo-bkb-g0.1-path": (
         "turbo-bkb",
