@@ -26,7 +26,9 @@ the same runner and ``k`` workers:
   BoTorch's GP with qLogNEI; Ax caps its parallelism itself); ``ax default
   background``: Ax's default with the background refill (``lookahead = k``);
 - ``bbkb sync``: ``bbkb`` in synchronous batches of ``k`` (each batch waits for
-  its slowest evaluation).
+  its slowest evaluation);
+- ``<strategy> background`` for any other name of ``list_generation_strategies``
+  (``turbo-bkb``, ``gssbo``, ...): that strategy under ``run_trials``' defaults.
 
 Recorded per run: wall time, worker utilisation ``sum(busy) / (k * wall)`` (busy:
 worker-side evaluation time; wall: first submission to last finish), mean trials
@@ -70,7 +72,11 @@ from harness import (  # noqa: E402
     write_report,
 )
 
-from botorch_sketch.ax import configure_ray, get_generation_strategy  # noqa: E402
+from botorch_sketch.ax import (  # noqa: E402
+    configure_ray,
+    get_generation_strategy,
+    list_generation_strategies,
+)
 from botorch_sketch.ax.ray import (  # noqa: E402
     FINISHED_KEY,
     LOOKAHEAD_PER_WORKER,
@@ -149,10 +155,11 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
         ]
     )
     client.configure_optimization(objective="-f")
-    if method.startswith("bbkb"):
+    strategy = method.split(" ")[0]
+    if strategy in list_generation_strategies():
         client.set_generation_strategy(
             get_generation_strategy(
-                "bbkb",
+                strategy,
                 initialization_budget=2 * dim,
                 seed=seed,
                 **json.loads(args.strategy_options),

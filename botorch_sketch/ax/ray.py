@@ -277,8 +277,12 @@ def _make_warm_task(ray: Any, options: Mapping[str, Any]) -> Any:
 #: :class:`LookaheadOrchestrator` with thread refills runs (CPython's default: 5 ms).
 THREAD_SWITCH_INTERVAL = 5e-4
 
-#: Rounds of :meth:`RayRunner.warm_up` tasks at most.
-WARM_UP_ROUNDS = 5
+#: Seconds without a new worker process after which :meth:`RayRunner.warm_up`
+#: stops (the cluster runs no more tasks at once). A local Ray starts about two
+#: worker processes per half second on two cores (32 in 5.8 s), so rounds that
+#: stop after a fixed count left 13 of 32 workers to start during the first
+#: trials (session 34).
+WARM_UP_STALL_S = 1.5
 
 #: Generation calls whose median wall time per trial :func:`generation_ahead`
 #: compares with the workers' pace.
@@ -439,19 +443,20 @@ class RayRunner(IRunner):
         a loaded machine): the first ``k`` trials of a run would start late. Rounds
         of ``num_workers`` concurrent tasks (each receives ``evaluate``, so the
         worker also deserialises it, and sleeps ``seconds``) run until
-        ``num_workers`` distinct worker processes have answered, for at most
-        :data:`WARM_UP_ROUNDS` rounds or ``timeout`` seconds (a cluster whose
-        resources run fewer tasks at once stops there). Idle workers stay up for
-        the trials.
+        ``num_workers`` distinct worker processes have answered, until no new
+        one has answered for :data:`WARM_UP_STALL_S` seconds (a cluster whose
+        resources run fewer tasks at once stops there), or for at most
+        ``timeout`` seconds. Idle workers stay up for the trials.
 
         Returns:
             The number of distinct worker processes that ran a warm-up task.
         """
         ray = self._prepare()
         warm = _make_warm_task(ray, self._task_options)
-        deadline = time.monotonic() + timeout
+        now = time.monotonic()
+        deadline, last_new = now + timeout, now
         workers: set[int] = set()
-        for _ in range(WARM_UP_ROUNDS):
+        while True:
             refs = [
                 warm.remote(self._evaluate_ref, seconds)
                 for _ in range(self.num_workers)
@@ -462,8 +467,12 @@ class RayRunner(IRunner):
                 for ref in refs:
                     ray.cancel(ref)
                 break
-            workers.update(pids)
-            if len(workers) >= self.num_workers or time.monotonic() >= deadline:
+            now = time.monotonic()
+            if not workers.issuperset(pids):
+                workers.update(pids)
+                last_new = now
+            stalled = now - last_new >= WARM_UP_STALL_S
+            if len(workers) >= self.num_workers or now >= deadline or stalled:
                 break
         logger.info(
             "Ray warm-up: %d of %d worker processes started",

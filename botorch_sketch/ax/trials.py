@@ -175,7 +175,11 @@ def gen_filled_batch(
     (the batch goes on past the rule's stop with the same greedy sequence and
     its Thompson fill, as for ``n`` parallel workers), with the running and
     candidate trials hallucinated; the run is split as by
-    :func:`get_next_batch`. Nothing is added to the experiment.
+    :func:`get_next_batch`. On a trust-region node (``"turbo-bkb"``) the call is
+    one TuRBO batch of ``n`` points (one region update and fit, ``n`` Thompson
+    samples; TuRBO's batch of ``q``), split the same way: ``n`` calls of one
+    point each would fit the region ``n`` times. Nothing is added to the
+    experiment.
 
     Args:
         strategy: The generation strategy.
@@ -187,8 +191,8 @@ def gen_filled_batch(
 
     Returns:
         The ``n`` runs (fewer only if the domain has fewer points left), or
-        ``None`` when the generating node does not use ``AdaptiveBatchAcquisition``
-        (the caller generates otherwise).
+        ``None`` when the generating node uses neither ``AdaptiveBatchAcquisition``
+        nor the trust-region generator (the caller generates otherwise).
     """
     _check_size(n)
     override: dict[str, Any] = {"min_batch_size": n}
@@ -196,6 +200,16 @@ def gen_filled_batch(
         check_fraction(thompson_fill, "thompson_fill")
         override["thompson_fill"] = float(thompson_fill)
     node = _generating_node(strategy, experiment)
+    if any(
+        spec.generator_enum is TurboGenerators.TURBO_BKB
+        for spec in node.generator_specs
+    ):
+        with fast_metric_availability():
+            (runs,) = strategy.gen(
+                experiment=experiment, n=n, fixed_features=fixed_features
+            )
+        (run,) = runs
+        return split_generator_run(run, batch_id=len(experiment.trials))
     specs = [
         spec
         for spec in node.generator_specs

@@ -21,13 +21,19 @@ from ax.core.trial_status import TrialStatus
 from ax.orchestration.orchestrator_options import OrchestratorOptions
 
 import botorch_sketch.ax.ray as ray_module
-from botorch_sketch.ax import configure_ray, experiment_data, get_generation_strategy
+from botorch_sketch.ax import (
+    configure_ray,
+    experiment_data,
+    get_generation_strategy,
+    list_generation_strategies,
+)
 from botorch_sketch.ax.ray import (
     ERROR_KEY,
     FINISHED_KEY,
     LOOKAHEAD_PER_WORKER,
     SUBMITTED_KEY,
     TASK_KEY,
+    WARM_UP_STALL_S,
     LookaheadOrchestrator,
     RayMetric,
     RayRunner,
@@ -39,6 +45,7 @@ from botorch_sketch.ax.ray import (
     run_trials,
 )
 from botorch_sketch.ax.trials import gen_filled_batch, trials_left_in_generating_node
+from botorch_sketch.ax.turbo import TurboGenerator
 
 ray = pytest.importorskip("ray")
 
@@ -186,11 +193,16 @@ def test_warm_up_starts_every_worker_process_before_the_first_trial():
     runner = configure_ray(client, make_evaluate(), num_workers=WORKERS, warm_up=False)
     assert runner.warm_up(seconds=0.1) == WORKERS
     assert len(client._experiment.trials) == 0  # no trial was created
-    # Fewer workers than slots: the rounds stop at the timeout, not after it.
+    # More slots than the local Ray runs at once: the rounds stop once no new
+    # worker process answers for WARM_UP_STALL_S, long before the timeout, and
+    # at the timeout when that comes first.
     runner.num_workers = WORKERS + 2
     start = time.monotonic()
-    assert runner.warm_up(timeout=2.0, seconds=0.05) == WORKERS
-    assert time.monotonic() - start < 4.0
+    assert runner.warm_up(timeout=60.0, seconds=0.05) == WORKERS
+    assert time.monotonic() - start < WARM_UP_STALL_S + 3.0
+    start = time.monotonic()
+    assert runner.warm_up(timeout=0.5, seconds=0.05) <= WORKERS
+    assert time.monotonic() - start < 2.5
 
 
 def test_bbkb_keeps_workers_busy_and_every_trial_completes_once():
@@ -216,6 +228,22 @@ def test_bbkb_keeps_workers_busy_and_every_trial_completes_once():
     )
     in_flight = np.cumsum([step for _, step in events])
     assert in_flight.max() == WORKERS
+
+
+@pytest.mark.parametrize("strategy", sorted(list_generation_strategies()))
+def test_run_trials_runs_every_strategy_past_its_initialisation(strategy):
+    """Every strategy of the package under ``run_trials`` on Ray: each trial once,
+    the model's trials distinct from each other and from the initial ones."""
+    client = make_client(initialization_budget=4, strategy=strategy)
+    configure_ray(client, make_evaluate(), num_workers=WORKERS)
+    run_trials(client, max_trials=8, parallelism=WORKERS)
+    trials = client._experiment.trials
+    assert trials_by_status(client) == {TrialStatus.COMPLETED: list(range(8))}
+    assert data_rows_per_trial(client) == dict.fromkeys(range(8), 1)
+    nodes = [t.generator_runs[0]._generation_node_name for t in trials.values()]
+    assert nodes[:4] == ["Sobol"] * 4 and "Sobol" not in nodes[4:]
+    arms = {tuple(sorted(t.arm.parameters.items())) for t in trials.values()}
+    assert len(arms) == 8
 
 
 def test_client_run_trials_runs_on_ray():
@@ -537,10 +565,10 @@ def test_run_trials_rejects_bad_queue_arguments(kwargs, error):
     assert len(client._experiment.trials) == 0
 
 
-def client_on_its_bbkb_node(seed: int) -> tuple[Client, int]:
+def client_on_its_bbkb_node(seed: int, strategy: str = "bbkb") -> tuple[Client, int]:
     """Six completed trials and one running (its generation moved the strategy
-    to its BBKB node); returns the client and the running trial's index."""
-    client = make_client(initialization_budget=4)
+    to its model's node); returns the client and the running trial's index."""
+    client = make_client(initialization_budget=4, strategy=strategy)
     rng = np.random.default_rng(seed)
     for _ in range(6):
         x = rng.random(2)
@@ -566,6 +594,30 @@ def test_gen_filled_batch_gives_one_batch_of_n_and_restores_the_strategy():
     assert len(experiment.trials) == 7  # nothing added
     assert spec.generator_kwargs["acquisition_options"] == options
     assert options["min_batch_size"] == 1
+
+
+def test_gen_filled_batch_gives_one_trust_region_batch_from_one_call(monkeypatch):
+    """On "turbo-bkb": one generator call of n points (one region fit), split."""
+    client, running = client_on_its_bbkb_node(2, strategy="turbo-bkb")
+    strategy, experiment = client._generation_strategy, client._experiment
+    calls = []
+    original = TurboGenerator.gen
+
+    def gen(self, n, *args, **kwargs):
+        calls.append(n)
+        return original(self, n, *args, **kwargs)
+
+    monkeypatch.setattr(TurboGenerator, "gen", gen)
+    runs = gen_filled_batch(strategy, experiment, n=6)
+
+    assert calls == [6]
+    assert len(runs) == 6 and all(len(run.arms) == 1 for run in runs)
+    points = {run.arms[0].signature for run in runs}
+    points.add(experiment.trials[running].arm.signature)
+    assert len(points) == 7
+    for run in runs:
+        assert all(0.0 <= v <= 1.0 for v in run.arms[0].parameters.values())
+    assert len(experiment.trials) == 7  # nothing added
 
 
 def test_gen_filled_batch_overrides_thompson_fill_for_the_call_only(monkeypatch):
