@@ -202,9 +202,11 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
     submitted = min(t.run_metadata[SUBMITTED_KEY] for t in trials)
     finished = max(t.run_metadata[FINISHED_KEY] for t in trials)
     wall = finished - submitted
-    busy = sum(
-        t.run_metadata[FINISHED_KEY] - t.run_metadata[STARTED_KEY] for t in trials
+    by_start = sorted(trials, key=lambda t: t.run_metadata[STARTED_KEY])
+    durations = np.array(
+        [t.run_metadata[FINISHED_KEY] - t.run_metadata[STARTED_KEY] for t in by_start]
     )
+    busy = float(durations.sum())
     span = sum(
         t.run_metadata[FINISHED_KEY] - t.run_metadata[SUBMITTED_KEY] for t in trials
     )
@@ -214,16 +216,7 @@ def run_one(method: str, problem: str, args: argparse.Namespace, seed: int) -> d
         np.array([t.run_metadata[FINISHED_KEY] for t in trials]),
         k,
     )
-    by_start = sorted(trials, key=lambda t: t.run_metadata[STARTED_KEY])
-    ceiling = list_schedule_utilisation(
-        np.array(
-            [
-                t.run_metadata[FINISHED_KEY] - t.run_metadata[STARTED_KEY]
-                for t in by_start
-            ]
-        ),
-        k,
-    )
+    ceiling = list_schedule_utilisation(durations, k)
     order = sorted(trials, key=lambda t: t.run_metadata[FINISHED_KEY])
     times = [t.run_metadata[FINISHED_KEY] - t0 for t in order]
     best = np.minimum.accumulate([float(df[t.index]) for t in order])

@@ -187,7 +187,7 @@ def gen_filled_batch(
         n: Points in the batch (``>= 1``).
         fixed_features: Passed to ``GenerationStrategy.gen``.
         thompson_fill: The acquisition's ``thompson_fill`` for this call
-            (``None``: the strategy's own).
+            (``None``: the strategy's own; a trust-region node has none).
 
     Returns:
         The ``n`` runs (fewer only if the domain has fewer points left), or
@@ -200,22 +200,12 @@ def gen_filled_batch(
         check_fraction(thompson_fill, "thompson_fill")
         override["thompson_fill"] = float(thompson_fill)
     node = _generating_node(strategy, experiment)
-    if any(
-        spec.generator_enum is TurboGenerators.TURBO_BKB
-        for spec in node.generator_specs
-    ):
-        with fast_metric_availability():
-            (runs,) = strategy.gen(
-                experiment=experiment, n=n, fixed_features=fixed_features
-            )
-        (run,) = runs
-        return split_generator_run(run, batch_id=len(experiment.trials))
     specs = [
         spec
         for spec in node.generator_specs
         if spec.generator_kwargs.get("acquisition_class") is AdaptiveBatchAcquisition
     ]
-    if not specs:
+    if not specs and not _is_trust_region(node):
         return None
     saved = [spec.generator_kwargs.get("acquisition_options") for spec in specs]
     try:
@@ -360,10 +350,17 @@ def trials_left_in_generating_node(
 def _is_adaptive(node: GenerationNode) -> bool:
     r"""Whether ``node`` lets BBKB choose the batch size: it generates with
     ``AdaptiveBatchAcquisition`` or with the BBKB engine of a finite library."""
-    return any(
+    return _is_trust_region(node) or any(
         spec.generator_kwargs.get("acquisition_class") is AdaptiveBatchAcquisition
         or spec.generator_enum is SketchGenerators.BBKB_LIBRARY
-        or spec.generator_enum is TurboGenerators.TURBO_BKB
+        for spec in node.generator_specs
+    )
+
+
+def _is_trust_region(node: GenerationNode) -> bool:
+    r"""Whether ``node`` generates with the trust-region generator (``"turbo-bkb"``)."""
+    return any(
+        spec.generator_enum is TurboGenerators.TURBO_BKB
         for spec in node.generator_specs
     )
 
