@@ -112,6 +112,7 @@ BENCHMARKS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("benchmarks/bench_exact_posterior.py", ()),
     # Issue 27: k workers on a local Ray (needs the `ray` extra).
     ("benchmarks/bench_ray_workers.py", ()),
+    ("benchmarks/bench_strategy_call.py", ()),
     ("benchmarks/bench_learning.py", ()),
     ("benchmarks/bench_ax_seeds.py", ()),
 )
