@@ -799,7 +799,8 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
     points (:func:`~botorch_sketch.ax.trials.gen_filled_batch`: the batch rule's
     ``min_batch_size`` raised to ``m + L`` for the call, so the greedy steps
     after the first reuse its restarts); on a trust-region node
-    (``"turbo-bkb"``) one TuRBO batch of ``m + L`` points (one region fit). ``L`` is
+    (``"turbo-bkb"``) one TuRBO batch of ``m + L`` points (one region fit), and on
+    a finite library's node one engine batch of ``m + L`` rows. ``L`` is
     ``lookahead`` on the strategy's last node, capped by the trials still to
     run, and 0 before (the Sobol initialisation generates exactly its budget).
     With ``generate_ahead``, while every worker is busy and the queue is empty,
@@ -1249,9 +1250,9 @@ class LookaheadOrchestrator(StatusIndexedOrchestrator):
     ) -> list[list[GeneratorRun]]:
         r"""``num_trials`` one-arm runs from one generation call (one fit).
 
-        On a node with ``AdaptiveBatchAcquisition`` or the trust-region generator
-        (single-arm trials): one BBKB or TuRBO batch of ``num_trials`` points
-        (:func:`gen_filled_batch`); otherwise
+        On a node with ``AdaptiveBatchAcquisition``, the trust-region generator or
+        a finite library's engine (single-arm trials): one BBKB, TuRBO or engine
+        batch of ``num_trials`` points (:func:`gen_filled_batch`); otherwise
         ``GenerationStrategy.gen(num_trials=...)``. ``experiment``: the one to
         generate for (default: the orchestrator's). Pending points are found
         with :func:`~botorch_sketch.ax.pending.fast_metric_availability`.

@@ -178,8 +178,9 @@ def gen_filled_batch(
     :func:`get_next_batch`. On a trust-region node (``"turbo-bkb"``) the call is
     one TuRBO batch of ``n`` points (one region update and fit, ``n`` Thompson
     samples; TuRBO's batch of ``q``), split the same way: ``n`` calls of one
-    point each would fit the region ``n`` times. Nothing is added to the
-    experiment.
+    point each would fit the region ``n`` times. On a finite library's node
+    (``"bbkb"`` with a ``candidate_set``) one engine batch with
+    ``min_batch_size = n``. Nothing is added to the experiment.
 
     Args:
         strategy: The generation strategy.
@@ -187,12 +188,14 @@ def gen_filled_batch(
         n: Points in the batch (``>= 1``).
         fixed_features: Passed to ``GenerationStrategy.gen``.
         thompson_fill: The acquisition's ``thompson_fill`` for this call
-            (``None``: the strategy's own; a trust-region node has none).
+            (``None``: the strategy's own; a trust-region or library node has
+            none).
 
     Returns:
         The ``n`` runs (fewer only if the domain has fewer points left), or
-        ``None`` when the generating node uses neither ``AdaptiveBatchAcquisition``
-        nor the trust-region generator (the caller generates otherwise).
+        ``None`` when the generating node uses none of
+        ``AdaptiveBatchAcquisition``, the trust-region generator and the library
+        engine (the caller generates otherwise).
     """
     _check_size(n)
     override: dict[str, Any] = {"min_batch_size": n}
@@ -205,15 +208,25 @@ def gen_filled_batch(
         for spec in node.generator_specs
         if spec.generator_kwargs.get("acquisition_class") is AdaptiveBatchAcquisition
     ]
-    if not specs and not _is_trust_region(node):
+    # A finite library's engine takes the floor as a generator argument (Ax
+    # builds the generator anew when its arguments change).
+    library = [
+        spec
+        for spec in node.generator_specs
+        if spec.generator_enum is SketchGenerators.BBKB_LIBRARY
+    ]
+    if not specs and not library and not _is_trust_region(node):
         return None
     saved = [spec.generator_kwargs.get("acquisition_options") for spec in specs]
+    saved_floor = [spec.generator_kwargs.get("min_batch_size") for spec in library]
     try:
         for spec, options in zip(specs, saved, strict=True):
             spec.generator_kwargs["acquisition_options"] = {
                 **(options or {}),
                 **override,
             }
+        for spec in library:
+            spec.generator_kwargs["min_batch_size"] = n
         with _expected_short_batches(), fast_metric_availability():
             (runs,) = strategy.gen(
                 experiment=experiment, n=n, fixed_features=fixed_features
@@ -224,6 +237,11 @@ def gen_filled_batch(
                 spec.generator_kwargs.pop("acquisition_options", None)
             else:
                 spec.generator_kwargs["acquisition_options"] = options
+        for spec, floor in zip(library, saved_floor, strict=True):
+            if floor is None:
+                spec.generator_kwargs.pop("min_batch_size", None)
+            else:
+                spec.generator_kwargs["min_batch_size"] = floor
     (run,) = runs
     return split_generator_run(run, batch_id=len(experiment.trials))
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from ax import Client, RangeParameterConfig
 from ax.api.protocols.metric import IMetric
 from ax.core.trial_status import TrialStatus
@@ -27,6 +28,8 @@ from botorch_sketch.ax import (
     get_generation_strategy,
     list_generation_strategies,
 )
+from botorch_sketch.ax.generator import SketchGenerators
+from botorch_sketch.ax.library import BBKBLibraryGenerator
 from botorch_sketch.ax.ray import (
     ERROR_KEY,
     FINISHED_KEY,
@@ -64,7 +67,9 @@ def local_ray():
         ray.shutdown()
 
 
-def make_client(initialization_budget: int = 20, strategy: str = "bbkb") -> Client:
+def make_client(
+    initialization_budget: int = 20, strategy: str = "bbkb", **options
+) -> Client:
     client = Client(random_seed=0)
     client.configure_experiment(
         parameters=[
@@ -74,7 +79,9 @@ def make_client(initialization_budget: int = 20, strategy: str = "bbkb") -> Clie
     )
     client.configure_optimization(objective="-f")
     client.set_generation_strategy(
-        get_generation_strategy(strategy, initialization_budget=initialization_budget)
+        get_generation_strategy(
+            strategy, initialization_budget=initialization_budget, **options
+        )
     )
     return client
 
@@ -244,6 +251,40 @@ def test_run_trials_runs_every_strategy_past_its_initialisation(strategy):
     assert nodes[:4] == ["Sobol"] * 4 and "Sobol" not in nodes[4:]
     arms = {tuple(sorted(t.arm.parameters.items())) for t in trials.values()}
     assert len(arms) == 8
+
+
+def test_run_trials_fills_workers_from_a_library(monkeypatch):
+    """A finite library under ``run_trials``: each refill one engine batch, every
+    trial once, the model's trials distinct library rows."""
+    library = torch.rand(30, 2, generator=torch.Generator().manual_seed(1))
+    client = make_client(initialization_budget=4, candidate_set=library)
+    sizes = []
+    original = BBKBLibraryGenerator.gen
+
+    def gen(self, n, *args, **kw):
+        result = original(self, n, *args, **kw)
+        sizes.append(len(result.points))
+        return result
+
+    monkeypatch.setattr(BBKBLibraryGenerator, "gen", gen)
+    configure_ray(client, make_evaluate(), num_workers=WORKERS)
+    run_trials(client, max_trials=10, parallelism=WORKERS)
+    trials = client._experiment.trials
+    assert trials_by_status(client) == {TrialStatus.COMPLETED: list(range(10))}
+    model = [
+        t
+        for t in trials.values()
+        if t.generator_runs[0]._generation_node_name != "Sobol"
+    ]
+    assert len(model) == 6
+    points = torch.tensor(
+        [[t.arm.parameters["x1"], t.arm.parameters["x2"]] for t in model]
+    )
+    distance = (points[:, None, :] - library[None, :, :]).abs().amax(-1)
+    assert distance.min(-1).values.max() < 1e-9  # library rows
+    assert len(set(distance.argmin(-1).tolist())) == 6  # none proposed twice
+    # Refills were engine batches of several rows, not one call per trial.
+    assert max(sizes) > 1 and len(sizes) < len(model)
 
 
 def test_client_run_trials_runs_on_ray():
@@ -565,10 +606,12 @@ def test_run_trials_rejects_bad_queue_arguments(kwargs, error):
     assert len(client._experiment.trials) == 0
 
 
-def client_on_its_bbkb_node(seed: int, strategy: str = "bbkb") -> tuple[Client, int]:
+def client_on_its_bbkb_node(
+    seed: int, strategy: str = "bbkb", **options
+) -> tuple[Client, int]:
     """Six completed trials and one running (its generation moved the strategy
     to its model's node); returns the client and the running trial's index."""
-    client = make_client(initialization_budget=4, strategy=strategy)
+    client = make_client(initialization_budget=4, strategy=strategy, **options)
     rng = np.random.default_rng(seed)
     for _ in range(6):
         x = rng.random(2)
@@ -618,6 +661,39 @@ def test_gen_filled_batch_gives_one_trust_region_batch_from_one_call(monkeypatch
     for run in runs:
         assert all(0.0 <= v <= 1.0 for v in run.arms[0].parameters.values())
     assert len(experiment.trials) == 7  # nothing added
+
+
+def test_gen_filled_batch_gives_one_library_batch_from_one_call(monkeypatch):
+    """On a finite library: one engine batch of exactly n new rows, split."""
+    library = torch.rand(40, 2, generator=torch.Generator().manual_seed(0))
+    client, running = client_on_its_bbkb_node(0, candidate_set=library)
+    strategy, experiment = client._generation_strategy, client._experiment
+    (spec,) = strategy._curr.generator_specs
+    assert spec.generator_enum is SketchGenerators.BBKB_LIBRARY
+    kwargs = dict(spec.generator_kwargs)
+    calls = []
+    original = BBKBLibraryGenerator.gen
+
+    def gen(self, n, *args, **kw):
+        calls.append((n, self.min_batch_size))
+        return original(self, n, *args, **kw)
+
+    monkeypatch.setattr(BBKBLibraryGenerator, "gen", gen)
+    runs = gen_filled_batch(strategy, experiment, n=5)
+
+    assert calls == [(5, 5)]  # one call, whose floor is the whole batch
+    assert len(runs) == 5 and all(len(run.arms) == 1 for run in runs)
+    rows = {
+        int((library - torch.tensor([p["x1"], p["x2"]])).abs().amax(-1).argmin())
+        for p in [run.arms[0].parameters for run in runs]
+        + [experiment.trials[running].arm.parameters]
+    }
+    assert len(rows) == 6  # distinct library rows, none the pending one
+    assert len(experiment.trials) == 7  # nothing added
+    assert spec.generator_kwargs == kwargs  # the floor restored
+    # The next plain call has the strategy's own floor again.
+    strategy.gen(experiment=experiment, n=3)
+    assert calls[-1][1] == kwargs.get("min_batch_size", 1)
 
 
 def test_gen_filled_batch_overrides_thompson_fill_for_the_call_only(monkeypatch):
