@@ -43,6 +43,7 @@ from ax.core.trial import Trial
 from ax.exceptions.core import AxError
 from ax.generation_strategy.generation_node import GenerationNode
 from ax.generation_strategy.generation_strategy import GenerationStrategy
+from ax.generation_strategy.generator_spec import GeneratorSpec
 from ax.generation_strategy.transition_criterion import MinTrials
 from ax.utils.common.random import with_rng_seed
 
@@ -217,33 +218,47 @@ def gen_filled_batch(
     ]
     if not specs and not library and not _is_trust_region(node):
         return None
-    saved = [spec.generator_kwargs.get("acquisition_options") for spec in specs]
-    saved_floor = [spec.generator_kwargs.get("min_batch_size") for spec in library]
-    try:
-        for spec, options in zip(specs, saved, strict=True):
-            spec.generator_kwargs["acquisition_options"] = {
-                **(options or {}),
-                **override,
-            }
-        for spec in library:
-            spec.generator_kwargs["min_batch_size"] = n
-        with _expected_short_batches(), fast_metric_availability():
-            (runs,) = strategy.gen(
-                experiment=experiment, n=n, fixed_features=fixed_features
-            )
-    finally:
-        for spec, options in zip(specs, saved, strict=True):
-            if options is None:
-                spec.generator_kwargs.pop("acquisition_options", None)
-            else:
-                spec.generator_kwargs["acquisition_options"] = options
-        for spec, floor in zip(library, saved_floor, strict=True):
-            if floor is None:
-                spec.generator_kwargs.pop("min_batch_size", None)
-            else:
-                spec.generator_kwargs["min_batch_size"] = floor
+    changes = [
+        (
+            spec,
+            "acquisition_options",
+            {**(spec.generator_kwargs.get("acquisition_options") or {}), **override},
+        )
+        for spec in specs
+    ] + [(spec, "min_batch_size", n) for spec in library]
+    with (
+        _generator_kwargs_for_the_call(changes),
+        _expected_short_batches(),
+        fast_metric_availability(),
+    ):
+        (runs,) = strategy.gen(
+            experiment=experiment, n=n, fixed_features=fixed_features
+        )
     (run,) = runs
     return split_generator_run(run, batch_id=len(experiment.trials))
+
+
+@contextmanager
+def _generator_kwargs_for_the_call(
+    changes: list[tuple[GeneratorSpec, str, Any]],
+) -> Iterator[None]:
+    r"""Set ``spec.generator_kwargs[key] = value`` for each ``(spec, key, value)``
+    inside the block; afterwards (also on an error) every key holds its old value
+    again, or is removed where it had none."""
+    missing = object()
+    saved = [
+        (spec, key, spec.generator_kwargs.get(key, missing)) for spec, key, _ in changes
+    ]
+    try:
+        for spec, key, value in changes:
+            spec.generator_kwargs[key] = value
+        yield
+    finally:
+        for spec, key, old in saved:
+            if old is missing:
+                spec.generator_kwargs.pop(key, None)
+            else:
+                spec.generator_kwargs[key] = old
 
 
 def _abandon(trials: list[Trial], reason: str) -> None:

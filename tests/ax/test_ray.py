@@ -253,6 +253,12 @@ def test_run_trials_runs_every_strategy_past_its_initialisation(strategy):
     assert len(arms) == 8
 
 
+def library_rows(parameters: list[dict], library: torch.Tensor) -> torch.Tensor:
+    """The library row nearest each point, and the distance to it (max norm)."""
+    points = torch.tensor([[p["x1"], p["x2"]] for p in parameters])
+    return (points[:, None, :] - library[None, :, :]).abs().amax(-1).min(-1)
+
+
 def test_run_trials_fills_workers_from_a_library(monkeypatch):
     """A finite library under ``run_trials``: each refill one engine batch, every
     trial once, the model's trials distinct library rows."""
@@ -277,12 +283,9 @@ def test_run_trials_fills_workers_from_a_library(monkeypatch):
         if t.generator_runs[0]._generation_node_name != "Sobol"
     ]
     assert len(model) == 6
-    points = torch.tensor(
-        [[t.arm.parameters["x1"], t.arm.parameters["x2"]] for t in model]
-    )
-    distance = (points[:, None, :] - library[None, :, :]).abs().amax(-1)
-    assert distance.min(-1).values.max() < 1e-9  # library rows
-    assert len(set(distance.argmin(-1).tolist())) == 6  # none proposed twice
+    distance, rows = library_rows([t.arm.parameters for t in model], library)
+    assert distance.max() < 1e-9  # library rows
+    assert len(set(rows.tolist())) == 6  # none proposed twice
     # Refills were engine batches of several rows, not one call per trial.
     assert max(sizes) > 1 and len(sizes) < len(model)
 
@@ -683,12 +686,11 @@ def test_gen_filled_batch_gives_one_library_batch_from_one_call(monkeypatch):
 
     assert calls == [(5, 5)]  # one call, whose floor is the whole batch
     assert len(runs) == 5 and all(len(run.arms) == 1 for run in runs)
-    rows = {
-        int((library - torch.tensor([p["x1"], p["x2"]])).abs().amax(-1).argmin())
-        for p in [run.arms[0].parameters for run in runs]
-        + [experiment.trials[running].arm.parameters]
-    }
-    assert len(rows) == 6  # distinct library rows, none the pending one
+    parameters = [run.arms[0].parameters for run in runs]
+    _, rows = library_rows(
+        [*parameters, experiment.trials[running].arm.parameters], library
+    )
+    assert len(set(rows.tolist())) == 6  # distinct library rows, none the pending one
     assert len(experiment.trials) == 7  # nothing added
     assert spec.generator_kwargs == kwargs  # the floor restored
     # The next plain call has the strategy's own floor again.
