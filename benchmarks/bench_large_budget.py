@@ -27,7 +27,11 @@ batches of ``--batch``):
 - ``bbkb``: ``get_generation_strategy("bbkb", seed=s, min_batch_size=q)`` on an
   ``ax.Client``, batches from ``get_next_batch(client, max_batch_size=q)``.
 - ``turbo-bkb``: the same with ``"turbo-bkb"``, when
-  ``botorch_sketch.ax.list_generation_strategies()`` has it (skipped otherwise).
+  ``botorch_sketch.ax.list_generation_strategies()`` has it (skipped otherwise);
+  since session 36 its ``region_fit`` and ``incumbent`` default to ``"auto"``
+  (``"periodic"`` and ``"mean"`` one point at a time), while every
+  ``turbo-bkb-*`` variant below keeps the earlier defaults (``"cold"``,
+  ``"observed"``) unless it names its own (:data:`PRE_AUTO_DEFAULTS`).
 - ``turbo-bkb-auto``: ``"turbo-bkb"`` with ``region_max_points="auto"`` (the
   region's model on its ``max(300, 30 d)`` points nearest the best observation);
   ``turbo-bkb-auto-mean`` also with ``incumbent="mean"``; ``turbo-bkb-mean``:
@@ -313,6 +317,12 @@ METHODS = (
     "turbo-bkb-g0.1-scipyftol",
     "turbo-bkb-g0.1-mean-scipyftol",
 )
+#: The defaults of ``region_fit`` and ``incumbent`` before they became ``"auto"``
+#: (session 36): every ``turbo-bkb-*`` variant is run with them unless it names
+#: its own, so that its rows keep their meaning one point at a time (plain
+#: ``turbo-bkb`` is the strategy's defaults, ``"auto"`` since then).
+PRE_AUTO_DEFAULTS: dict[str, Any] = {"region_fit": "cold", "incumbent": "observed"}
+
 #: Benchmark names of a package strategy with options: ``name -> (strategy, options)``.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "turbo-bkb-warm": ("turbo-bkb", {"region_fit": "warm"}),
@@ -714,6 +724,8 @@ def run_ax(
         client.configure_generation_strategy()
     else:
         strategy, options = VARIANTS.get(method, (method, {}))
+        if strategy == "turbo-bkb" and method != "turbo-bkb":
+            options = {**PRE_AUTO_DEFAULTS, **options}
         size = {"batch_size" if strategy == "turbo-bkb" else "min_batch_size": q}
         client.set_generation_strategy(
             get_generation_strategy(strategy, seed=seed, **size, **options)

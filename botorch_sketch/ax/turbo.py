@@ -120,6 +120,18 @@ in the region's kernel (:func:`~botorch_sketch.trust_region.region_covar_module`
 (kriging believer, ``NystromGP.condition_on_observations``), so Thompson samples
 do not pile onto them.
 
+**One point at a time.** ``region_fit`` and ``incumbent`` default to ``"auto"``:
+at the generator's first call they are fixed for the run from that call's batch
+size ``q`` (:func:`resolve_auto_options`) and kept in its state. With ``q = 1``
+(a closed loop that asks for one trial at a time) they become ``"periodic"`` and
+``"mean"``: a cold fit and a joint Thompson sample at each of a thousand calls
+cost several times TuRBO-1's CPU, and one point at a time the periodic fit with
+the mean incumbent measured ahead of the cold defaults' alternatives on Levy10
+and Michalewicz10 (worse on Rosenbrock10's valley, where ``num_regions=3`` with
+``thompson="pathwise"`` is the pick). Larger batches keep TuRBO's ``"cold"`` and
+``"observed"``; several regions always count observed values
+(``benchmarks/results/which_strategy_notes.md``, sessions 31-36).
+
 **State.** The region state, the index where the region's data start, the
 number of observations seen and the sketch state (the last fit's
 hyperparameters; none with ``region_fit="cold"``) are the
@@ -191,11 +203,18 @@ __all__ = [
     "TURBO_OPTIONS",
     "TurboGenerator",
     "TurboGenerators",
+    "resolve_auto_options",
     "turbo_generator_kwargs",
 ]
 
 #: Registry key of :class:`TurboGenerator` (stored in generator runs).
 TURBO_GENERATOR_KEY = "TurboBKB"
+
+#: ``region_max_points`` of a window sized by the dimension
+#: (:func:`~botorch_sketch.trust_region.window.default_window_size`); of
+#: ``region_fit`` and ``incumbent``, the choice by the first call's batch size
+#: (:func:`resolve_auto_options`).
+AUTO = "auto"
 
 #: The strategy's own options with their defaults (besides the sketch options).
 TURBO_OPTIONS: dict[str, Any] = {
@@ -209,8 +228,8 @@ TURBO_OPTIONS: dict[str, Any] = {
     "noise_tolerance": 0.0,
     "num_candidates": None,
     "thompson": "auto",
-    "incumbent": "observed",
-    "region_fit": "cold",
+    "incumbent": AUTO,
+    "region_fit": AUTO,
     "restart": "sobol",
     "one_hot_lengthscales": "shared",
     "num_regions": 1,
@@ -218,18 +237,20 @@ TURBO_OPTIONS: dict[str, Any] = {
     "candidate_set": None,
 }
 
-#: ``region_max_points`` of a window sized by the dimension
-#: (:func:`~botorch_sketch.trust_region.window.default_window_size`).
-AUTO = "auto"
 
-#: How the region's incumbent (centre and success test) is chosen.
-INCUMBENTS = ("mean", "observed")
+#: How the region's incumbent (centre and success test) is chosen (``"auto"``:
+#: by the first call's batch size, :func:`resolve_auto_options`).
+INCUMBENTS = ("mean", "observed", AUTO)
 
 #: Lengthscales of a categorical parameter's one-hot columns in the region's kernel.
 ONE_HOT_LENGTHSCALES = ("shared", "per_column")
 
-#: How the region's model is fitted at each call (module docstring, step 2).
-REGION_FITS = ("cold", "periodic", "warm")
+#: How the region's model is fitted at each call (module docstring, step 2;
+#: ``"auto"``: by the first call's batch size, :func:`resolve_auto_options`).
+REGION_FITS = ("cold", "periodic", "warm", AUTO)
+
+#: Key of the choices that ``"auto"`` options were resolved to, in the state.
+RESOLVED_KEY = "resolved_options"
 
 #: Where a collapsed region starts again (module docstring, step 3).
 RESTARTS = ("sobol", "reopen")
@@ -237,10 +258,33 @@ RESTARTS = ("sobol", "reopen")
 #: The values several regions take of the options measured with one region
 #: first (the first value is the default).
 MULTI_REGION_CHOICES: dict[str, tuple[str, ...]] = {
-    "region_fit": ("cold", "periodic"),
+    "region_fit": ("cold", "periodic", AUTO),
     "restart": ("sobol",),
-    "incumbent": ("observed",),
+    "incumbent": ("observed", AUTO),
 }
+
+
+def resolve_auto_options(
+    region_fit: str, incumbent: str, batch_size: int, num_regions: int = 1
+) -> dict[str, str]:
+    r"""``region_fit`` and ``incumbent`` with ``"auto"`` replaced for a run whose
+    first call asks for ``batch_size`` points (module docstring, "One point at a
+    time").
+
+    ``"auto"`` becomes ``"periodic"`` / ``"mean"`` when ``batch_size == 1``,
+    ``"cold"`` / ``"observed"`` otherwise; with several regions the incumbent is
+    always ``"observed"`` (:data:`MULTI_REGION_CHOICES`). Other values are
+    returned unchanged.
+
+    Returns:
+        ``{"region_fit": ..., "incumbent": ...}``.
+    """
+    one = batch_size == 1
+    if region_fit == AUTO:
+        region_fit = "periodic" if one else "cold"
+    if incumbent == AUTO:
+        incumbent = "mean" if one and num_regions == 1 else "observed"
+    return {"region_fit": region_fit, "incumbent": incumbent}
 
 
 def multi_region_options(options: dict[str, Any]) -> None:
@@ -293,16 +337,19 @@ class TurboGenerator(TorchGenerator):
             (``O(A m)``, independent Nyström residual), see
             :func:`~botorch_sketch.trust_region.generate_batch`.
         incumbent: ``"observed"`` (the centre is the best observation and the
-            success test compares observed values, as published TuRBO) or
+            success test compares observed values, as published TuRBO),
             ``"mean"`` (both use posterior means at the observed points; for
             noise that is large against the function's differences, module
-            docstring).
+            docstring) or ``"auto"`` (default: ``"mean"`` when the first call
+            asks for one point and there is one region, else ``"observed"``;
+            :func:`resolve_auto_options`).
         region_fit: ``"cold"`` (the region's model fitted from its initial
             hyperparameters at every call, as TuRBO-1), ``"periodic"`` (fitted
             so once the region's data grew by the model option
             ``refit_growth``, the hyperparameters kept in between) or
             ``"warm"`` (from the previous call's sketch state, refitted on
-            ``NystromGP``'s schedule).
+            ``NystromGP``'s schedule) or ``"auto"`` (default: ``"periodic"``
+            when the first call asks for one point, else ``"cold"``).
         restart: ``"sobol"`` (a collapsed region's data dropped and a new
             region started from a Sobol design in the whole space, as TuRBO-1)
             or ``"reopen"`` (the region reopened at ``length_init`` around its
@@ -350,8 +397,8 @@ class TurboGenerator(TorchGenerator):
         noise_tolerance: float = 0.0,
         num_candidates: int | None = None,
         thompson: str = "auto",
-        incumbent: str = "observed",
-        region_fit: str = "cold",
+        incumbent: str = AUTO,
+        region_fit: str = AUTO,
         restart: str = "sobol",
         one_hot_lengthscales: str = "shared",
         num_regions: int = 1,
@@ -421,6 +468,8 @@ class TurboGenerator(TorchGenerator):
             else torch.as_tensor(candidate_set, dtype=torch.float64)
         )
         self.region_state = region_state
+        # The choices of this run (set by gen from the options and the state).
+        self._fit_mode, self._incumbent_mode = self.region_fit, self.incumbent
         self.surrogate = RegionData()
         self._labels: list[list[Any]] | None = None
         self._X: Tensor | None = None
@@ -476,6 +525,15 @@ class TurboGenerator(TorchGenerator):
         num_obs, d = X.shape
         q = n if self.batch_size is None else min(n, self.batch_size)
         saved = self.region_state or {}
+        info: dict[str, Any] = {}
+        resolved = saved.get(RESOLVED_KEY) or resolve_auto_options(
+            self.region_fit, self.incumbent, q, self.num_regions
+        )
+        self._fit_mode, self._incumbent_mode = (
+            resolved["region_fit"],
+            resolved["incumbent"],
+        )
+        info.update(resolved)
         if "trust_region" in saved:
             state = TrustRegionState.from_dict(saved["trust_region"])
         else:
@@ -483,7 +541,6 @@ class TurboGenerator(TorchGenerator):
         start = int(saved.get("region_start", 0))
         seen = int(saved.get("num_seen", 0))
         sketch = saved.get("sketch_state")
-        info: dict[str, Any] = {}
         pending = torch_opt_config.pending_observations or []
         num_pending = int(pending[0].shape[0]) if pending else 0
         call_seed = (self.seed * 1_000_003 + num_obs + 7919 * num_pending) % (2**31 - 1)
@@ -493,14 +550,16 @@ class TurboGenerator(TorchGenerator):
             labels = self._dataset_labels(dataset, num_obs)
             Yvar = dataset.Yvar
             Yvar = None if Yvar is None else Yvar[..., column : column + 1]
-            return self._gen_regions(
+            results = self._gen_regions(
                 X, Y, Yvar, labels, q, call_seed, feasible, torch_opt_config, info
             )
+            self.region_state[RESOLVED_KEY] = resolved
+            return results
         region_X, region_Y = X[start:], Y[start:]
         rows = self._window(region_X, region_Y)
         fit_X, fit_Y = region_X[rows], region_Y[rows]
-        warm = self.region_fit == "warm"
-        periodic = self.region_fit == "periodic"
+        warm = self._fit_mode == "warm"
+        periodic = self._fit_mode == "periodic"
         growth = float(self.model_options["refit_growth"])
         # The schedule counts the region's points, not the model's window.
         fit_points = saved.get("fit_points")
@@ -554,6 +613,7 @@ class TurboGenerator(TorchGenerator):
             "region_start": start,
             "num_seen": num_obs,
             "sketch_state": sketch,
+            RESOLVED_KEY: resolved,
         }
         if fit_points is not None and self.region_max_points is not None:
             self.region_state["fit_points"] = int(fit_points)
@@ -633,7 +693,7 @@ class TurboGenerator(TorchGenerator):
             values = Y[rows].reshape(-1).tolist()
             n_region = rows.numel()
             rows = rows[self._window(X[rows], Y[rows])]
-            hold = self.region_fit == "periodic" and hyperparameters_kept(
+            hold = self._fit_mode == "periodic" and hyperparameters_kept(
                 record.sketch, n_region, growth, record.fit_points
             )
             kept = kept_fit_options(growth) if hold else {}
@@ -643,7 +703,7 @@ class TurboGenerator(TorchGenerator):
                 **{"seed": self.seed, **self.model_options, **kept},
             )  # fmt: skip
             fitted[r] = not hold
-            if self.region_fit == "periodic":
+            if self._fit_mode == "periodic":
                 fit_points = record.fit_points if hold else n_region
                 record = replace(
                     record,
@@ -785,7 +845,7 @@ class TurboGenerator(TorchGenerator):
         in the first region): the rows that arrived since complete the design
         and set the incumbent only, as in TuRBO, instead of counting as a
         success over the first few points."""
-        if self.incumbent == "observed":
+        if self._incumbent_mode == "observed":
             best = lambda rows: float(Y[rows].max())  # noqa: E731
         else:
             best = lambda rows: incumbent(model, X[rows])[1]  # noqa: E731
@@ -826,7 +886,8 @@ class TurboGenerator(TorchGenerator):
     def _center(self, Y: Tensor) -> int | None:
         r"""The region's centre row: ``None`` (largest posterior mean) or the best
         observation's row."""
-        return int(Y.reshape(-1).argmax()) if self.incumbent == "observed" else None
+        observed = self._incumbent_mode == "observed"
+        return int(Y.reshape(-1).argmax()) if observed else None
 
     def _hallucinate(self, model: NystromGP, config: TorchOptConfig) -> NystromGP:
         pending = config.pending_observations

@@ -195,10 +195,14 @@ def test_package_imports_without_ray():
     assert result.returncode == 0, result.stderr.decode()[-2000:]
 
 
-def test_warm_up_starts_every_worker_process_before_the_first_trial():
+def test_warm_up_starts_every_worker_process_before_the_first_trial(monkeypatch):
     client = make_client()
     runner = configure_ray(client, make_evaluate(), num_workers=WORKERS, warm_up=False)
-    assert runner.warm_up(seconds=0.1) == WORKERS
+    # A worker process can take longer than WARM_UP_STALL_S to start on a loaded
+    # machine (the rounds then stop with fewer): a long stall for the first count.
+    with monkeypatch.context() as patch:
+        patch.setattr(ray_module, "WARM_UP_STALL_S", 30.0)
+        assert runner.warm_up(timeout=60.0, seconds=0.1) == WORKERS
     assert len(client._experiment.trials) == 0  # no trial was created
     # More slots than the local Ray runs at once: the rounds stop once no new
     # worker process answers for WARM_UP_STALL_S, long before the timeout, and

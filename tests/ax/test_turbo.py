@@ -83,7 +83,7 @@ def test_registered_with_its_options():
         ({"num_regions": 2, "restart": "reopen"}, "takes restart='sobol' only"),
         (
             {"num_regions": 3, "region_fit": "warm"},
-            "takes region_fit='cold' or 'periodic' only",
+            "takes region_fit='cold' or 'periodic' or 'auto' only",
         ),
         ({"num_regions": 2, "incumbent": "mean"}, "takes incumbent='observed'"),
         ({"region_max_points": 0}, "region_max_points must be a positive int"),
@@ -439,6 +439,53 @@ def test_json_save_load_mid_run_continues_with_the_same_arms(
         assert all(r["counted_call"] >= 0 for r in region["regions"])
 
 
+@pytest.mark.parametrize(
+    "region_fit, incumbent, q, regions, expected",
+    [("auto", "auto", 1, 1, ("periodic", "mean")),
+     ("auto", "auto", 2, 1, ("cold", "observed")),
+     ("auto", "auto", 1, 3, ("periodic", "observed")),
+     ("warm", "auto", 1, 1, ("warm", "mean")),
+     ("auto", "observed", 1, 1, ("periodic", "observed")),
+     ("cold", "mean", 50, 1, ("cold", "mean"))],
+)  # fmt: skip
+def test_auto_options_follow_the_first_batch_size(
+    region_fit, incumbent, q, regions, expected
+):
+    resolved = turbo.resolve_auto_options(region_fit, incumbent, q, regions)
+    assert (resolved["region_fit"], resolved["incumbent"]) == expected
+
+
+def one_point_runs(size: int, calls: int, **options) -> Client:
+    client = make_client(
+        "turbo-bkb", initialization_budget=4, num_candidates=200, **options
+    )
+    run_trials(client, "branin", total=4)
+    batches(client, calls, size=size)
+    return client
+
+
+def test_defaults_one_point_at_a_time_are_the_periodic_fit_and_mean_incumbent():
+    # The defaults ("auto") equal the explicit choices of the first call's batch
+    # size, call by call, and keep them when a later call asks for more points.
+    auto = one_point_runs(1, 6, refit_growth=0.5)
+    explicit = one_point_runs(
+        1, 6, refit_growth=0.5, region_fit="periodic", incumbent="mean"
+    )
+    assert arms_of(auto) == arms_of(explicit)
+    assert last_metadata(auto)["region_fit"] == "periodic"
+    assert last_metadata(auto)["incumbent"] == "mean"
+    assert not all(gr.gen_metadata.get("fitted", True) for gr in region_runs(auto))
+    batches(auto, 1, size=3)
+    assert len(arms_of(auto)) == 4 + 6 + 3
+    assert last_metadata(auto)["region_fit"] == "periodic"
+    state = region_runs(auto)[-1]._generator_state_after_gen["region_state"]
+    assert state[turbo.RESOLVED_KEY] == {"region_fit": "periodic", "incumbent": "mean"}
+    batch = one_point_runs(3, 3)
+    cold = one_point_runs(3, 3, region_fit="cold", incumbent="observed")
+    assert arms_of(batch) == arms_of(cold)
+    assert last_metadata(batch)["region_fit"] == "cold"
+
+
 def region_runs(client: Client) -> list:
     runs = client._generation_strategy._generator_runs
     return [gr for gr in runs if "region_state" in gr._generator_state_after_gen]
@@ -611,7 +658,7 @@ def test_several_periodic_regions_each_refit_on_their_own_schedule():
                 assert points >= 1.5 * base  # refitted once grown by half
             else:
                 assert points == base and raw_next == raw  # kept unchanged
-    cold = regions_client(num_regions=2)
+    cold = regions_client(num_regions=2, region_fit="cold")
     for _ in range(4):
         for index, p in get_next_batch(cold, max_batch_size=1).items():
             cold.complete_trial(index, raw_data=evaluate("branin", p))
