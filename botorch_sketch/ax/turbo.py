@@ -124,13 +124,13 @@ do not pile onto them.
 at the generator's first call they are fixed for the run from that call's batch
 size ``q`` (:func:`resolve_auto_options`) and kept in its state. With ``q = 1``
 (a closed loop that asks for one trial at a time) they become ``"periodic"`` and
-``"mean"``: a cold fit and a joint Thompson sample at each of a thousand calls
-cost several times TuRBO-1's CPU, and one point at a time the periodic fit with
-the mean incumbent measured ahead of the cold defaults' alternatives on Levy10
-and Michalewicz10 (worse on Rosenbrock10's valley, where ``num_regions=3`` with
-``thompson="pathwise"`` is the pick). Larger batches keep TuRBO's ``"cold"`` and
-``"observed"``; several regions always count observed values
-(``benchmarks/results/which_strategy_notes.md``, sessions 31-36).
+``"mean"``: with one point per call a cold fit at every call is most of the
+run's CPU (each fit buys a single point), and the mean incumbent keeps one lucky
+noisy observation from holding the region's centre and failing every later
+batch. Larger batches keep TuRBO's ``"cold"`` and ``"observed"``; several regions
+always count observed values. What each choice
+measured, and where it loses (Rosenbrock-like valleys one point at a time), is in
+``benchmarks/results/which_strategy_notes.md``.
 
 **State.** The region state, the index where the region's data start, the
 number of observations seen and the sketch state (the last fit's
@@ -346,7 +346,7 @@ class TurboGenerator(TorchGenerator):
         region_fit: ``"cold"`` (the region's model fitted from its initial
             hyperparameters at every call, as TuRBO-1), ``"periodic"`` (fitted
             so once the region's data grew by the model option
-            ``refit_growth``, the hyperparameters kept in between) or
+            ``refit_growth``, the hyperparameters kept in between),
             ``"warm"`` (from the previous call's sketch state, refitted on
             ``NystromGP``'s schedule) or ``"auto"`` (default: ``"periodic"``
             when the first call asks for one point, else ``"cold"``).
