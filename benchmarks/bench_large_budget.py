@@ -29,9 +29,17 @@ batches of ``--batch``):
 - ``turbo-bkb``: the same with ``"turbo-bkb"``, when
   ``botorch_sketch.ax.list_generation_strategies()`` has it (skipped otherwise);
   since session 36 its ``region_fit`` and ``incumbent`` default to ``"auto"``
-  (``"periodic"`` and ``"mean"`` one point at a time), while every
-  ``turbo-bkb-*`` variant below keeps the earlier defaults (``"cold"``,
-  ``"observed"``) unless it names its own (:data:`PRE_AUTO_DEFAULTS`).
+  (``"periodic"`` and ``"mean"`` one point at a time), and since session 37
+  ``region_max_points`` too, with ``incumbent="mean"`` at every batch size (one
+  region: ``turbo-bkb-auto-mean`` in batches, ``turbo-bkb-g0.1-auto-mean`` one
+  point at a time), while every ``turbo-bkb-*`` variant below keeps the earlier
+  defaults (``"cold"``, ``"observed"``, all the region's points) unless it names
+  its own (:data:`PRE_AUTO_DEFAULTS`).
+- ``turbo-bkb-published``: ``"turbo-bkb"`` with those earlier defaults, TuRBO's
+  published rules for the region's model and incumbent (cold fit, observed
+  values, every point since the restart): the rows labelled ``turbo-bkb`` before
+  session 37 were relabelled so (the one point-at-a-time rows of session 36,
+  already ``"auto"``, ``turbo-bkb-g0.1-mean``).
 - ``turbo-bkb-auto``: ``"turbo-bkb"`` with ``region_max_points="auto"`` (the
   region's model on its ``max(300, 30 d)`` points nearest the best observation);
   ``turbo-bkb-auto-mean`` also with ``incumbent="mean"``; ``turbo-bkb-mean``:
@@ -304,6 +312,7 @@ METHODS = (
     "bbkb-pgtol5",
     "bbkb-gtol3",
     "ax-default",
+    "turbo-bkb-published",
     "turbo-bkb-auto",
     "turbo-bkb-auto-mean",
     "turbo-bkb-mean",
@@ -317,14 +326,20 @@ METHODS = (
     "turbo-bkb-g0.1-scipyftol",
     "turbo-bkb-g0.1-mean-scipyftol",
 )
-#: The defaults of ``region_fit`` and ``incumbent`` before they became ``"auto"``
-#: (session 36): every ``turbo-bkb-*`` variant is run with them unless it names
-#: its own, so that its rows keep their meaning one point at a time (plain
-#: ``turbo-bkb`` is the strategy's defaults, ``"auto"`` since then).
-PRE_AUTO_DEFAULTS: dict[str, Any] = {"region_fit": "cold", "incumbent": "observed"}
+#: The defaults of ``region_fit``, ``incumbent`` and ``region_max_points``
+#: before they became ``"auto"`` (sessions 36 and 37): every ``turbo-bkb-*``
+#: variant is run with them unless it names its own, so that its rows keep their
+#: meaning (plain ``turbo-bkb`` is the strategy's defaults).
+PRE_AUTO_DEFAULTS: dict[str, Any] = {
+    "region_fit": "cold",
+    "incumbent": "observed",
+    "region_max_points": None,
+}
 
 #: Benchmark names of a package strategy with options: ``name -> (strategy, options)``.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    # The defaults before session 37 (PRE_AUTO_DEFAULTS, module docstring).
+    "turbo-bkb-published": ("turbo-bkb", {}),
     "turbo-bkb-warm": ("turbo-bkb", {"region_fit": "warm"}),
     # The region's model on a window of its points (session 29).
     "turbo-bkb-auto": ("turbo-bkb", {"region_max_points": "auto"}),

@@ -9,14 +9,13 @@ NeurIPS 2019) with the sketched GP as the region's model
 2. **gen**: the observations that arrived since the last call are the last
    batch (or, when the previous call had no model, the rest of the region's
    design, which sets the incumbent and counts neither way). A ``NystromGP``
-   is fitted on the current region's data: all of it, as TuRBO, or with
-   ``region_max_points`` the points nearest its best observation (``"auto"``:
-   ``max(300, 30 d)``). A stationary kernel fitted on all of a shrunken region's
-   data sees the large-scale variation of its early, far points and explains
-   the small differences around the incumbent as noise, so its samples stop
-   resolving what the region refines
-   (:mod:`~botorch_sketch.trust_region.window`); the local model keeps them
-   (in batches of 50; in batches of 8 the window measured worse).
+   is fitted on the current region's data: by default the ``max(300, 30 d)``
+   points nearest its best observation (``region_max_points="auto"``), or all
+   of it as TuRBO (``None``). A stationary kernel fitted on all of a shrunken
+   region's data sees the large-scale variation of its early, far points and
+   explains the small differences around the incumbent as noise, so its
+   samples stop resolving what the region refines
+   (:mod:`~botorch_sketch.trust_region.window`); the local model keeps them.
    The model is fitted from its initial hyperparameters at
    every call (``region_fit="cold"``, TuRBO's choice); with ``"periodic"``, from
    its initial hyperparameters whenever the region's data grew by the fraction
@@ -29,9 +28,10 @@ NeurIPS 2019) with the sketched GP as the region's model
    hyperparameters do not describe, and a warm chain keeps them). The batch is
    a success when its best value beats the best value of the region's earlier
    points by ``improvement_tolerance`` relative (``incumbent="observed"``: observed
-   values, as TuRBO; ``"mean"``: posterior means of the same model, which a
-   lucky noisy draw cannot inflate but which smooth a rugged function's
-   improvements away and centre the region off its best point), and
+   values, as TuRBO; ``"mean"``, the default with one region: posterior means
+   of the same model, which a lucky noisy draw cannot inflate; on a model of
+   all the region's points they smooth a rugged function's improvements away
+   and centre the region off its best point, on the window they do not), and
    :func:`~botorch_sketch.trust_region.update_state` expands, shrinks or flags a
    restart. With ``noise_tolerance=c > 0`` a success must also beat the
    incumbent by ``c`` noise standard deviations: the median of the standard
@@ -120,17 +120,20 @@ in the region's kernel (:func:`~botorch_sketch.trust_region.region_covar_module`
 (kriging believer, ``NystromGP.condition_on_observations``), so Thompson samples
 do not pile onto them.
 
-**One point at a time.** ``region_fit`` and ``incumbent`` default to ``"auto"``:
-at the generator's first call they are fixed for the run from that call's batch
-size ``q`` (:func:`resolve_auto_options`) and kept in its state. With ``q = 1``
-(a closed loop that asks for one trial at a time) they become ``"periodic"`` and
-``"mean"``: with one point per call a cold fit at every call is most of the
-run's CPU (each fit buys a single point), and the mean incumbent keeps one lucky
-noisy observation from holding the region's centre and failing every later
-batch. Larger batches keep TuRBO's ``"cold"`` and ``"observed"``; several regions
-always count observed values. What each choice
-measured, and where it loses (Rosenbrock-like valleys one point at a time), is in
-``benchmarks/results/which_strategy_notes.md``.
+**Defaults.** ``region_fit``, ``incumbent`` and ``region_max_points`` default to
+``"auto"``: at the generator's first call they are fixed for the run
+(:func:`resolve_auto_options`) and kept in its state. With one region the model
+takes the window of points nearest the best observation and the incumbent is
+the posterior mean: the window keeps the fitted noise at the real one, so the
+mean denoises instead of smoothing, and no lucky noisy observation holds the
+region's centre and fails every later batch (TuRBO's rules, ``None`` and
+``"observed"``, lost to this pair in batches of 8 and 50 on every problem of
+the large-budget suite but one). The fit is ``"periodic"`` when the first call
+asks for one point (a cold fit at every call would be most of the run's CPU,
+each fit buying a single point) and ``"cold"`` otherwise. Several regions keep
+TuRBO-m's rules: observed values, all of a region's points. What each choice
+measured, and where it loses (Rosenbrock-like valleys one point at a time), is
+in ``benchmarks/results/which_strategy_notes.md``.
 
 **State.** The region state, the index where the region's data start, the
 number of observations seen and the sketch state (the last fit's
@@ -210,10 +213,10 @@ __all__ = [
 #: Registry key of :class:`TurboGenerator` (stored in generator runs).
 TURBO_GENERATOR_KEY = "TurboBKB"
 
-#: ``region_max_points`` of a window sized by the dimension
-#: (:func:`~botorch_sketch.trust_region.window.default_window_size`); of
-#: ``region_fit`` and ``incumbent``, the choice by the first call's batch size
-#: (:func:`resolve_auto_options`).
+#: The choice of ``region_fit``, ``incumbent`` and ``region_max_points`` by the
+#: first call's batch size and the number of regions (:func:`resolve_auto_options`;
+#: for ``region_max_points`` with one region a window sized by the dimension,
+#: :func:`~botorch_sketch.trust_region.window.default_window_size`).
 AUTO = "auto"
 
 #: The strategy's own options with their defaults (besides the sketch options).
@@ -233,7 +236,7 @@ TURBO_OPTIONS: dict[str, Any] = {
     "restart": "sobol",
     "one_hot_lengthscales": "shared",
     "num_regions": 1,
-    "region_max_points": None,
+    "region_max_points": AUTO,
     "candidate_set": None,
 }
 
@@ -265,26 +268,38 @@ MULTI_REGION_CHOICES: dict[str, tuple[str, ...]] = {
 
 
 def resolve_auto_options(
-    region_fit: str, incumbent: str, batch_size: int, num_regions: int = 1
-) -> dict[str, str]:
-    r"""``region_fit`` and ``incumbent`` with ``"auto"`` replaced for a run whose
-    first call asks for ``batch_size`` points (module docstring, "One point at a
-    time").
+    region_fit: str,
+    incumbent: str,
+    batch_size: int,
+    num_regions: int = 1,
+    region_max_points: int | str | None = None,
+) -> dict[str, Any]:
+    r"""``region_fit``, ``incumbent`` and ``region_max_points`` with ``"auto"``
+    replaced for a run whose first call asks for ``batch_size`` points (module
+    docstring, "Defaults").
 
-    ``"auto"`` becomes ``"periodic"`` / ``"mean"`` when ``batch_size == 1``,
-    ``"cold"`` / ``"observed"`` otherwise; with several regions the incumbent is
-    always ``"observed"`` (:data:`MULTI_REGION_CHOICES`). Other values are
-    returned unchanged.
+    ``region_fit="auto"`` becomes ``"periodic"`` when ``batch_size == 1``, else
+    ``"cold"``. With one region, ``incumbent="auto"`` becomes ``"mean"`` and
+    ``region_max_points="auto"`` stays ``"auto"`` (the window of
+    :func:`~botorch_sketch.trust_region.window.default_window_size` points);
+    with several regions they become ``"observed"`` and ``None`` (TuRBO-m's
+    rules, :data:`MULTI_REGION_CHOICES`). Other values are returned unchanged.
 
     Returns:
-        ``{"region_fit": ..., "incumbent": ...}``.
+        ``{"region_fit": ..., "incumbent": ..., "region_max_points": ...}``.
     """
-    one = batch_size == 1
+    one_region = num_regions == 1
     if region_fit == AUTO:
-        region_fit = "periodic" if one else "cold"
+        region_fit = "periodic" if batch_size == 1 else "cold"
     if incumbent == AUTO:
-        incumbent = "mean" if one and num_regions == 1 else "observed"
-    return {"region_fit": region_fit, "incumbent": incumbent}
+        incumbent = "mean" if one_region else "observed"
+    if region_max_points == AUTO and not one_region:
+        region_max_points = None
+    return {
+        "region_fit": region_fit,
+        "incumbent": incumbent,
+        "region_max_points": region_max_points,
+    }
 
 
 def multi_region_options(options: dict[str, Any]) -> None:
@@ -340,9 +355,8 @@ class TurboGenerator(TorchGenerator):
             success test compares observed values, as published TuRBO),
             ``"mean"`` (both use posterior means at the observed points; for
             noise that is large against the function's differences, module
-            docstring) or ``"auto"`` (default: ``"mean"`` when the first call
-            asks for one point and there is one region, else ``"observed"``;
-            :func:`resolve_auto_options`).
+            docstring) or ``"auto"`` (default: ``"mean"`` with one region,
+            ``"observed"`` with several; :func:`resolve_auto_options`).
         region_fit: ``"cold"`` (the region's model fitted from its initial
             hyperparameters at every call, as TuRBO-1), ``"periodic"`` (fitted
             so once the region's data grew by the model option
@@ -366,15 +380,14 @@ class TurboGenerator(TorchGenerator):
         region_max_points: At most this many of the region's points in its
             model: the ones nearest the best observation (Euclidean, in the
             unit cube), the others still counted by the region's state machine
-            (:mod:`~botorch_sketch.trust_region.window`). ``None`` (default):
-            every point since the restart, TuRBO's rule; ``"auto"``:
-            ``max(300, 30 d)`` for ``d`` model-space columns. On all of a
-            shrunken region's data the fitted noise absorbs the small-scale
-            structure the region is refining (module docstring, step 2), and
-            with ``restart="reopen"`` the data grow without bound. The window
-            measured far better in batches of 50 and worse in batches of 8
-            (``benchmarks/results/which_strategy_notes.md``, session 29), so it
-            is not the default.
+            (:mod:`~botorch_sketch.trust_region.window`). ``"auto"``
+            (default): ``max(300, 30 d)`` for ``d`` model-space columns with
+            one region, every point with several (TuRBO-m's rule,
+            :func:`resolve_auto_options`); ``None``: every point since the
+            restart, TuRBO's rule. On all of a shrunken region's data the
+            fitted noise absorbs the small-scale structure the region is
+            refining (module docstring, step 2), and with ``restart="reopen"``
+            the data grow without bound.
         seed: Base seed of every draw.
         surrogate_spec: One ``NystromGP`` ``ModelConfig`` whose ``model_options``
             (``q_bar``, ``max_dictionary_size``, ...) build the region's model.
@@ -402,7 +415,7 @@ class TurboGenerator(TorchGenerator):
         restart: str = "sobol",
         one_hot_lengthscales: str = "shared",
         num_regions: int = 1,
-        region_max_points: int | str | None = None,
+        region_max_points: int | str | None = AUTO,
         seed: int = 0,
         surrogate_spec: SurrogateSpec | None = None,
         candidate_set: Any = None,
@@ -470,6 +483,7 @@ class TurboGenerator(TorchGenerator):
         self.region_state = region_state
         # The choices of this run (set by gen from the options and the state).
         self._fit_mode, self._incumbent_mode = self.region_fit, self.incumbent
+        self._max_points = self.region_max_points
         self.surrogate = RegionData()
         self._labels: list[list[Any]] | None = None
         self._X: Tensor | None = None
@@ -526,13 +540,23 @@ class TurboGenerator(TorchGenerator):
         q = n if self.batch_size is None else min(n, self.batch_size)
         saved = self.region_state or {}
         info: dict[str, Any] = {}
-        resolved = saved.get(RESOLVED_KEY) or resolve_auto_options(
-            self.region_fit, self.incumbent, q, self.num_regions
+        resolved = dict(
+            saved.get(RESOLVED_KEY)
+            or resolve_auto_options(
+                self.region_fit,
+                self.incumbent,
+                q,
+                self.num_regions,
+                self.region_max_points,
+            )
         )
+        # A run saved before region_max_points was resolved kept the option as given.
+        resolved.setdefault("region_max_points", self.region_max_points)
         self._fit_mode, self._incumbent_mode = (
             resolved["region_fit"],
             resolved["incumbent"],
         )
+        self._max_points = resolved["region_max_points"]
         info.update(resolved)
         if "trust_region" in saved:
             state = TrustRegionState.from_dict(saved["trust_region"])
@@ -615,7 +639,7 @@ class TurboGenerator(TorchGenerator):
             "sketch_state": sketch,
             RESOLVED_KEY: resolved,
         }
-        if fit_points is not None and self.region_max_points is not None:
+        if fit_points is not None and self._max_points is not None:
             self.region_state["fit_points"] = int(fit_points)
         points = self._from_unit(points.to(torch.float64))
         rounding = torch_opt_config.rounding_func
@@ -878,7 +902,7 @@ class TurboGenerator(TorchGenerator):
         :func:`~botorch_sketch.trust_region.window.default_window_size` of
         ``d``), by
         :func:`~botorch_sketch.trust_region.window.nearest_rows`."""
-        limit = self.region_max_points
+        limit = self._max_points
         if limit == AUTO:
             limit = default_window_size(X.shape[-1])
         return nearest_rows(X, Y, limit)

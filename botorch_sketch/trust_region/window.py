@@ -15,10 +15,11 @@ neighbourhood the region samples; the state machine still counts every point.
 A fixed window also bounds the fit's cost: the model never grows past ``w``
 points, whatever the region's data.
 
-The window is ``"turbo-bkb"``'s ``region_max_points`` (off by default: it measured
-far better in batches of 50 and worse in batches of 8, for reasons not yet
-known: widening it to every point near the region did not help there). Its
-``"auto"`` size (:func:`default_window_size`) grows with the dimension, since
+The window is ``"turbo-bkb"``'s ``region_max_points``, on by default with one
+region, where it comes with the posterior-mean incumbent: with the observed
+incumbent it measured better in batches of 50 and worse in batches of 8, with
+the mean incumbent better in both (``benchmarks/results/which_strategy_notes.md``).
+Its ``"auto"`` size (:func:`default_window_size`) grows with the dimension, since
 the window must hold enough points to fit ``d`` lengthscales around the
 incumbent: ``max(WINDOW_MIN_POINTS, WINDOW_POINTS_PER_DIM * d)``.
 ``benchmarks/results/region_window.md`` measures the fitted noise with and

@@ -53,8 +53,8 @@ def test_registered_with_its_options():
     # The periodic schedule's growth every region_fit="periodic" row was run with.
     assert options["refit_growth"] == 0.1 and options["restart"] == "sobol"
     assert options["noise_tolerance"] == 0.0  # TuRBO's success rule
-    # The region's model on all its points (TuRBO's rule); "auto" is an option.
-    assert options["region_max_points"] is None
+    # The window with one region, all points with several (resolve_auto_options).
+    assert options["region_max_points"] == "auto"
 
 
 @pytest.mark.parametrize(
@@ -126,14 +126,15 @@ def test_batches_stay_in_the_bounds_and_restart(thompson, incumbent):
 
 def reopening_client(**options) -> Client:
     r"""Branin after 4 Sobol trials; ``length_min = 0.5``: the first shrink
-    collapses the region, which reopens (``restart="reopen"``)."""
+    collapses the region, which reopens (``restart="reopen"``); the observed
+    incumbent, so that the region's best value is its best observation."""
     client = make_client(
         "turbo-bkb",
         initialization_budget=4,
         length_min=0.5,
         num_candidates=200,
         restart="reopen",
-        **options,
+        **{"incumbent": "observed", **options},
     )
     run_trials(client, "branin", total=4)
     return client
@@ -331,8 +332,11 @@ def test_the_design_completing_batch_sets_the_incumbent_and_counts_nothing():
     # Branin (d = 2, design 2 d = 4): 2 Sobol trials, then the region's own
     # design of 6 points; the call after it fits the first model. Those 6 points
     # against the first 2 count neither as a success nor as a failure (TuRBO
-    # counts the batches after its design).
-    client = make_client("turbo-bkb", initialization_budget=2, num_candidates=200)
+    # counts the batches after its design). The observed incumbent: the best
+    # value is then the best observation.
+    client = make_client(
+        "turbo-bkb", initialization_budget=2, num_candidates=200, incumbent="observed"
+    )
     run_trials(client, "branin", total=2)
     for index, p in get_next_batch(client, max_batch_size=6).items():
         client.complete_trial(index, raw_data=evaluate("branin", p))
@@ -440,19 +444,20 @@ def test_json_save_load_mid_run_continues_with_the_same_arms(
 
 
 @pytest.mark.parametrize(
-    "region_fit, incumbent, q, regions, expected",
-    [("auto", "auto", 1, 1, ("periodic", "mean")),
-     ("auto", "auto", 2, 1, ("cold", "observed")),
-     ("auto", "auto", 1, 3, ("periodic", "observed")),
-     ("warm", "auto", 1, 1, ("warm", "mean")),
-     ("auto", "observed", 1, 1, ("periodic", "observed")),
-     ("cold", "mean", 50, 1, ("cold", "mean"))],
+    "region_fit, incumbent, window, q, regions, expected",
+    [("auto", "auto", "auto", 1, 1, ("periodic", "mean", "auto")),
+     ("auto", "auto", "auto", 2, 1, ("cold", "mean", "auto")),
+     ("auto", "auto", "auto", 50, 3, ("cold", "observed", None)),
+     ("auto", "auto", "auto", 1, 3, ("periodic", "observed", None)),
+     ("warm", "auto", 40, 1, 1, ("warm", "mean", 40)),
+     ("auto", "observed", None, 1, 1, ("periodic", "observed", None)),
+     ("cold", "observed", 30, 8, 2, ("cold", "observed", 30))],
 )  # fmt: skip
-def test_auto_options_follow_the_first_batch_size(
-    region_fit, incumbent, q, regions, expected
+def test_auto_options_follow_the_first_batch_size_and_the_regions(
+    region_fit, incumbent, window, q, regions, expected
 ):
-    resolved = turbo.resolve_auto_options(region_fit, incumbent, q, regions)
-    assert (resolved["region_fit"], resolved["incumbent"]) == expected
+    resolved = turbo.resolve_auto_options(region_fit, incumbent, q, regions, window)
+    assert tuple(resolved.values()) == expected
 
 
 def one_point_runs(size: int, calls: int, **options) -> Client:
@@ -479,11 +484,18 @@ def test_defaults_one_point_at_a_time_are_the_periodic_fit_and_mean_incumbent():
     assert len(arms_of(auto)) == 4 + 6 + 3
     assert last_metadata(auto)["region_fit"] == "periodic"
     state = region_runs(auto)[-1]._generator_state_after_gen["region_state"]
-    assert state[turbo.RESOLVED_KEY] == {"region_fit": "periodic", "incumbent": "mean"}
+    assert state[turbo.RESOLVED_KEY] == {
+        "region_fit": "periodic",
+        "incumbent": "mean",
+        "region_max_points": "auto",
+    }
     batch = one_point_runs(3, 3)
-    cold = one_point_runs(3, 3, region_fit="cold", incumbent="observed")
+    cold = one_point_runs(
+        3, 3, region_fit="cold", incumbent="mean", region_max_points="auto"
+    )
     assert arms_of(batch) == arms_of(cold)
     assert last_metadata(batch)["region_fit"] == "cold"
+    assert last_metadata(batch)["incumbent"] == "mean"
 
 
 def region_runs(client: Client) -> list:
