@@ -498,6 +498,26 @@ def test_defaults_one_point_at_a_time_are_the_periodic_fit_and_mean_incumbent():
     assert last_metadata(batch)["incumbent"] == "mean"
 
 
+def test_the_window_default_is_resolved_once_and_old_states_keep_the_option():
+    # One region: the window ("auto") and the mean incumbent; several regions:
+    # all points and observed values. A state saved before region_max_points
+    # was resolved (no key) keeps the option as given: "auto", the window.
+    one = regions_client()
+    batches(one, 1, size=4)
+    assert last_metadata(one)["region_max_points"] == "auto"
+    assert last_metadata(one)["incumbent"] == "mean"
+    two = regions_client(num_regions=2)
+    batches(two, 3, size=4)
+    assert last_metadata(two)["region_max_points"] is None
+    assert last_metadata(two)["incumbent"] == "observed"
+    saved = region_runs(two)[-1]._generator_state_after_gen["region_state"]
+    del saved[turbo.RESOLVED_KEY]["region_max_points"]
+    batches(two, 1, size=4)
+    assert last_metadata(two)["region_max_points"] == "auto"
+    saved = region_runs(two)[-1]._generator_state_after_gen["region_state"]
+    assert saved[turbo.RESOLVED_KEY]["region_max_points"] == "auto"
+
+
 def region_runs(client: Client) -> list:
     runs = client._generation_strategy._generator_runs
     return [gr for gr in runs if "region_state" in gr._generator_state_after_gen]
