@@ -127,8 +127,8 @@ takes the window of points nearest the best observation and the incumbent is
 the posterior mean: the window keeps the fitted noise at the real one, so the
 mean denoises instead of smoothing, and no lucky noisy observation holds the
 region's centre and fails every later batch (TuRBO's rules, ``None`` and
-``"observed"``, lost to this pair in batches of 8 and 50 on every problem of
-the large-budget suite but one). The fit is ``"periodic"`` when the first call
+``"observed"``, lost to this pair on most problems of the large-budget suite,
+in batches of 1, 8 and 50). The fit is ``"periodic"`` when the first call
 asks for one point (a cold fit at every call would be most of the run's CPU,
 each fit buying a single point) and ``"cold"`` otherwise. Several regions keep
 TuRBO-m's rules: observed values, all of a region's points. What each choice
