@@ -19,8 +19,10 @@ Variants: ``new-points`` (the package: ``prefer_new_points=True``) and
 the behaviour the issue reports), patched into the Ax acquisition's call;
 ``turbo-bkb`` (``get_generation_strategy("turbo-bkb", batch_size=50)``, whose
 region candidates are projected onto the configurations on an all-discrete
-space since commit 8f8b7de) and ``turbo-bkb-relaxed`` (rows only: the same
-strategy before it, run from that commit's parent).
+space since commit 8f8b7de; since session 37 with its window and mean-incumbent
+defaults), ``turbo-bkb-published`` (rows only: the same before session 37, TuRBO's
+rules for the region's model and incumbent) and ``turbo-bkb-relaxed`` (rows only:
+the strategy before 8f8b7de, run from that commit's parent).
 
 Usage::
 
