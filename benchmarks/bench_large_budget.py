@@ -44,6 +44,10 @@ batches of ``--batch``):
   region's model on its ``max(300, 30 d)`` points nearest the best observation);
   ``turbo-bkb-auto-mean`` also with ``incumbent="mean"``; ``turbo-bkb-mean``:
   ``incumbent="mean"`` alone (the region's model on all its points).
+- ``turbo-bkb-st1`` / ``turbo-bkb-st2``: ``"turbo-bkb"`` with its current
+  defaults (:data:`CURRENT_DEFAULTS`) and ``success_tolerance=1`` / ``2``: the
+  region doubles after one / two successful batches instead of TuRBO's three
+  (in batches of 50 three successes are 150 evaluations, in batches of 8 24).
 - ``turbo-bkb-w150`` / ``-w300`` / ``-w600``: ``"turbo-bkb"`` with
   ``region_max_points`` of 150 / 300 / 600 (``-w300`` is ``-auto`` on up to 10
   model columns, ``-w600`` on 20); ``turbo-bkb-w300-mean`` also with
@@ -325,6 +329,8 @@ METHODS = (
     "turbo-bkb-g0.1-auto-mean",
     "turbo-bkb-g0.1-scipyftol",
     "turbo-bkb-g0.1-mean-scipyftol",
+    "turbo-bkb-st1",
+    "turbo-bkb-st2",
 )
 #: The defaults of ``region_fit``, ``incumbent`` and ``region_max_points``
 #: before they became ``"auto"`` (sessions 36 and 37): every ``turbo-bkb-*``
@@ -336,8 +342,19 @@ PRE_AUTO_DEFAULTS: dict[str, Any] = {
     "region_max_points": None,
 }
 
+#: ``"turbo-bkb"``'s own defaults since session 37, named so that a variant on
+#: top of them is not run with :data:`PRE_AUTO_DEFAULTS`.
+CURRENT_DEFAULTS: dict[str, Any] = {
+    "region_fit": "auto",
+    "incumbent": "auto",
+    "region_max_points": "auto",
+}
+
 #: Benchmark names of a package strategy with options: ``name -> (strategy, options)``.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    # Session 38: the defaults with a region doubled after fewer successes.
+    "turbo-bkb-st1": ("turbo-bkb", {**CURRENT_DEFAULTS, "success_tolerance": 1}),
+    "turbo-bkb-st2": ("turbo-bkb", {**CURRENT_DEFAULTS, "success_tolerance": 2}),
     # The defaults before session 37 (PRE_AUTO_DEFAULTS, module docstring).
     "turbo-bkb-published": ("turbo-bkb", {}),
     "turbo-bkb-warm": ("turbo-bkb", {"region_fit": "warm"}),
