@@ -513,20 +513,36 @@ REPORTS_SEM = (
     "turbo-bkb-g0.1-path-noise1-sem",
 )
 KEY = ("problem", "method", "seed", "budget", "batch")
-PENDING = """```
+#: The problems and cells of the issue's full grid, and the problems also run
+#: with 10,000 evaluations (:data:`PENDING`, the report's coverage table).
+GRID_PROBLEMS = (
+    "hartmann6",
+    "ackley20",
+    "levy10",
+    "levy20",
+    "rosenbrock10",
+    "michalewicz10",
+    "mixed10",
+    "ackley60",
+)
+GRID_BUDGETS, GRID_BATCHES, GRID_SEEDS = (1000, 5000), (1, 8, 50), 5
+GRID_LARGE_PROBLEMS, GRID_LARGE_BUDGET = ("hartmann6", "ackley20"), 10000
+
+_SEEDS = ",".join(map(str, range(GRID_SEEDS)))
+_BATCHES = " ".join(map(str, GRID_BATCHES))
+PENDING = f"""```
 export PYTHONPATH=$PWD OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 M=sobol,turbo1,bbkb,turbo-bkb,ax-default
-for P in hartmann6 ackley20 levy10 levy20 rosenbrock10 michalewicz10 mixed10 \\
-         ackley60; do
-  for B in 1000 5000; do for Q in 1 8 50; do
+for P in {" ".join(GRID_PROBLEMS)}; do
+  for B in {" ".join(map(str, GRID_BUDGETS))}; do for Q in {_BATCHES}; do
     nice -n 10 python benchmarks/bench_large_budget.py --problems $P --methods $M \\
-      --budget $B --batch $Q --seeds 0,1,2,3,4 \\
+      --budget $B --batch $Q --seeds {_SEEDS} \\
       --csv benchmarks/results/large_budget_runs_$P.csv
   done; done
 done
-for P in hartmann6 ackley20; do for Q in 1 8 50; do
+for P in {" ".join(GRID_LARGE_PROBLEMS)}; do for Q in {_BATCHES}; do
   nice -n 10 python benchmarks/bench_large_budget.py --problems $P --methods $M \\
-    --budget 10000 --batch $Q --seeds 0,1,2,3,4 \\
+    --budget {GRID_LARGE_BUDGET} --batch $Q --seeds {_SEEDS} \\
     --csv benchmarks/results/large_budget_runs_$P.csv
 done; done
 python benchmarks/bench_large_budget.py --report
@@ -1096,19 +1112,6 @@ def _which_table(groups: dict[tuple, dict[str, list[dict]]]) -> str:
         )
     return harness.markdown_table(lines)
 
-
-#: The problems and cells of the issue's full grid (:data:`PENDING`).
-GRID_PROBLEMS = (
-    "hartmann6",
-    "ackley20",
-    "levy10",
-    "levy20",
-    "rosenbrock10",
-    "michalewicz10",
-    "mixed10",
-    "ackley60",
-)
-GRID_BUDGETS, GRID_BATCHES, GRID_SEEDS = (1000, 5000), (1, 8, 50), 5
 
 #: Labels of runs made with the configuration that ``"turbo-bkb"``'s defaults
 #: resolve to (module docstring), by whether the batch is one point: counted
