@@ -16,6 +16,7 @@ Configurations (``CONFIGS``; each a fresh ``ax.Client``):
 - ``bbkb refit every call``: ``bbkb`` with ``refit_growth=0`` (the model's
   hyperparameters refitted, warm-started, at every call);
 - ``bbkb min_batch_size=10``: ``bbkb`` filled to 10 points per call (10 workers);
+- ``gssbo``: ``get_generation_strategy("gssbo")``, one trial per call;
 - ``ax-default``: ``client.configure_generation_strategy()`` (``SingleTaskGP`` +
   ``qLogNEI``), ``client.get_next_trials(1)`` per call.
 
@@ -60,6 +61,7 @@ CONFIGS: dict[str, tuple[str, dict[str, Any], int | None]] = {
     "bbkb beta=16": ("bbkb", {"beta": 16.0}, 50),
     "bbkb refit every call": ("bbkb", {"refit_growth": 0.0}, 50),
     "bbkb min_batch_size=10": ("bbkb", {"min_batch_size": 10}, 10),
+    "gssbo": ("gssbo", {}, None),
     hart.AX_DEFAULT: (hart.AX_DEFAULT, {}, None),
 }
 CHECKPOINTS = (30, 100, 200)

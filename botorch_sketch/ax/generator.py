@@ -54,6 +54,16 @@ model's schedule calls for a bounded hyperparameter refit (the data grew by
 ``refit_growth`` since the last full fit, or the likelihood drifted;
 :func:`~botorch_sketch.models.nystrom_fit.refit_due`).
 
+**GSSBO's pilot.** ``GradientSubsetGP`` needs hyperparameters ("pilot", Wei
+et al. 2025, Eq. 3) to choose its subset; built from the data alone it fits a
+pilot GP first, one extra ``O(M^3)`` fit per call. The generator keeps the fitted
+model's ``state_dict`` (hyperparameters and transforms, a few numbers; JSON in
+``pilot_state``) and hands it to the next fit as the ``pilot``, with the new
+model's hyperparameters starting from it (``warm_start=True``): what
+:class:`~botorch_sketch.loops.gssbo.GSSBORefitter` does in a BoTorch loop. A
+carried pilot that does not parse, holds non-finite numbers or does not fit the
+model is discarded with a warning, and that call fits its own pilot.
+
 :class:`SketchGenerators` is the generator registry entry that makes a
 ``GeneratorSpec`` use it (``generator_enum=SketchGenerators.BOTORCH_SKETCH``). The
 state is carried for experiments with one modelled outcome (the BBKB setting);
@@ -97,8 +107,10 @@ from torch import Tensor
 
 from botorch_sketch.ax.adapter import SketchTorchAdapter
 from botorch_sketch.ax.library import BBKBLibraryGenerator
+from botorch_sketch.models.gssbo import GradientSubsetGP
 from botorch_sketch.models.nystrom import NystromGP
 from botorch_sketch.models.nystrom_fit import SketchState
+from botorch_sketch.models.sketch_state import tensors_from_json, tensors_to_json
 from botorch_sketch.models.validation import check_seed
 
 logger = logging.getLogger(__name__)
@@ -154,6 +166,9 @@ class SketchBoTorchGenerator(BoTorchGenerator):
         fit_record: The previous fit's ``{"data": fingerprint, "start": the
             sketch state it started from or None}`` (passed back like
             ``sketch_state``; module docstring).
+        pilot_state: The previous ``GradientSubsetGP``'s ``state_dict`` in the
+            form of :func:`~botorch_sketch.models.sketch_state.tensors_to_json`
+            (passed back like ``sketch_state``; module docstring).
         Every other argument: as ``BoTorchGenerator`` (named one by one: Ax checks
         the keyword arguments of a generator against its signature).
     """
@@ -175,6 +190,7 @@ class SketchBoTorchGenerator(BoTorchGenerator):
         seed: int | None = None,
         sketch_state: dict[str, Any] | None = None,
         fit_record: dict[str, Any] | None = None,
+        pilot_state: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             surrogate_spec=surrogate_spec,
@@ -202,10 +218,16 @@ class SketchBoTorchGenerator(BoTorchGenerator):
                 "fit_record must be {'data': str, 'start': dict or None}, got "
                 f"{fit_record!r:.200}."
             )
+        if pilot_state is not None and not isinstance(pilot_state, dict):
+            raise ValueError(
+                "pilot_state must be a tensors_to_json() dict, got "
+                f"{type(pilot_state).__name__}."
+            )
         check_seed(seed)
         self.seed = seed
         self.sketch_state = sketch_state
         self.fit_record = fit_record
+        self.pilot_state = pilot_state
         #: Whether the surrogate is a cached one (never refitted in place).
         self._shared_surrogate = False
 
@@ -224,7 +246,9 @@ class SketchBoTorchGenerator(BoTorchGenerator):
         (the strategy's stored options do not change), and replaced by the new
         model's state afterwards.
         """
-        configs = self._nystrom_configs() if refit and _single_outcome(datasets) else []
+        carried = refit and _single_outcome(datasets)
+        configs = self._model_configs(NystromGP) if carried else []
+        pilots = self._model_configs(GradientSubsetGP) if carried else []
         num_points = _num_points(datasets)
         if self._shared_surrogate:  # a cached model is never refitted in place
             self._surrogate, self._shared_surrogate = None, False
@@ -256,9 +280,7 @@ class SketchBoTorchGenerator(BoTorchGenerator):
             self._surrogate, self._shared_surrogate = cached, True
             logger.debug("NystromGP reused: the data did not change since its fit.")
         else:
-            start = self._fit_from(
-                start,
-                configs,
+            fit_kwargs = dict(
                 datasets=datasets,
                 search_space_digest=search_space_digest,
                 candidate_metadata=candidate_metadata,
@@ -266,7 +288,13 @@ class SketchBoTorchGenerator(BoTorchGenerator):
                 refit=refit,
                 **additional_model_inputs,
             )
+            if pilots:
+                self._fit_with_pilot(pilots, **fit_kwargs)
+            else:
+                start = self._fit_from(start, configs, **fit_kwargs)
         model = self.surrogate.model
+        if pilots and isinstance(model, GradientSubsetGP):
+            self.pilot_state = tensors_to_json(model.state_dict())
         if configs and isinstance(model, NystromGP):
             self.sketch_state = model.sketch_state().to_dict()
             self.fit_record = (
@@ -320,6 +348,48 @@ class SketchBoTorchGenerator(BoTorchGenerator):
             for config in configs:
                 config.model_options.pop("warm_start", None)
         return start
+
+    def _fit_with_pilot(
+        self,
+        configs: list[ModelConfig],
+        datasets: Sequence[SupervisedDataset],
+        **fit_kwargs: Any,
+    ) -> None:
+        r"""``BoTorchGenerator.fit`` with the carried pilot (module docstring).
+
+        A carried pilot that is unusable on this data (it does not parse, is not
+        finite, or does not fit the model's modules) is discarded with a warning
+        and the fit reruns without it.
+        """
+        num_points = _num_points(datasets)
+
+        def fit_once() -> None:
+            with with_rng_seed(self._call_seed(num_points)):
+                super(SketchBoTorchGenerator, self).fit(datasets=datasets, **fit_kwargs)
+
+        pilot, problem = None, None
+        if self.pilot_state is not None:
+            pilot, problem = _parse_pilot(self.pilot_state, datasets[0].X)
+        if problem is not None:
+            logger.warning("Carried GSSBO pilot discarded (%s).", problem)
+        for config in configs if pilot is not None else []:
+            config.model_options.update(pilot=pilot, warm_start=True)
+        try:
+            fit_once()
+        except (ValueError, NotPSDError) as err:
+            if pilot is None:
+                raise
+            logger.warning(
+                "Carried GSSBO pilot discarded (the fit with it failed: %s).", err
+            )
+            for config in configs:
+                config.model_options.pop("pilot", None)
+                config.model_options.pop("warm_start", None)
+            fit_once()
+        finally:
+            for config in configs:
+                config.model_options.pop("pilot", None)
+                config.model_options.pop("warm_start", None)
 
     def _cache_key(
         self,
@@ -405,24 +475,44 @@ class SketchBoTorchGenerator(BoTorchGenerator):
             return None
         return (self.seed * 1_000_003 + num_points) % (2**31 - 1)
 
-    def _nystrom_configs(self) -> list[ModelConfig]:
+    def _model_configs(self, model_class: type) -> list[ModelConfig]:
         spec = self.surrogate_spec
         if spec is None:
             return []
         configs = list(spec.model_configs)
         for config_list in spec.metric_to_model_configs.values():
             configs.extend(config_list)
-        return [c for c in configs if c.botorch_model_class is NystromGP]
+        return [c for c in configs if c.botorch_model_class is model_class]
 
     def _get_state(self) -> dict[str, Any]:
-        r"""``{"sketch_state": ..., "fit_record": ...}``: what the next call
-        starts from."""
+        r"""``{"sketch_state", "fit_record", "pilot_state"}``: what the next
+        call starts from."""
         state = super()._get_state()
         if self.sketch_state is not None:
             state["sketch_state"] = self.sketch_state
         if self.fit_record is not None:
             state["fit_record"] = self.fit_record
+        if self.pilot_state is not None:
+            state["pilot_state"] = self.pilot_state
         return state
+
+
+def _parse_pilot(
+    state: dict[str, Any], like: Tensor
+) -> tuple[dict[str, Tensor] | None, str | None]:
+    r"""A carried pilot as tensors of ``like``'s dtype and device, or why not."""
+    try:
+        pilot = tensors_from_json(state, dtype=like.dtype, device=like.device)
+    except ValueError as err:
+        return None, f"unreadable: {err}"
+    bad = sorted(
+        name
+        for name, value in pilot.items()
+        if "_constraint." not in name and not bool(torch.isfinite(value).all())
+    )
+    if bad:
+        return None, f"non-finite values {bad}"
+    return pilot, None
 
 
 def sketch_state_problem(state: Any, num_points: int) -> str | None:
@@ -522,7 +612,7 @@ _SETUPS: dict[str, GeneratorSetup] = {
         generator_class=SketchBoTorchGenerator,
         transforms=MBM_X_trans + Y_trans,  # as Generators.BOTORCH_MODULAR
         # Passed back at every fit; kept in generator_state_after_gen only.
-        not_saved_generator_kwargs=["sketch_state", "fit_record"],
+        not_saved_generator_kwargs=["sketch_state", "fit_record", "pilot_state"],
     ),
     LIBRARY_GENERATOR_KEY: GeneratorSetup(
         adapter_class=SketchTorchAdapter,

@@ -26,30 +26,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import torch
 from botorch.fit import fit_gpytorch_mll
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from torch import Tensor
 
 from botorch_sketch.gssbo.selection import DynamicBufferSize, validate_sizes
 from botorch_sketch.models.gssbo import GradientSubsetGP
+from botorch_sketch.models.sketch_state import hyperparameter_state
+
+__all__ = ["GSSBORefitter", "hyperparameter_state"]
 
 logger = logging.getLogger(__name__)
-
-_TRANSFORM_PREFIXES = ("outcome_transform.", "input_transform.")
-
-
-def hyperparameter_state(model: torch.nn.Module) -> dict[str, Tensor]:
-    r"""``model.state_dict()`` without the transforms: a warm start for new data.
-
-    Load it with ``strict=False`` into a model built on other data, whose
-    transforms were fitted to that data.
-    """
-    return {
-        k: v
-        for k, v in model.state_dict().items()
-        if not k.startswith(_TRANSFORM_PREFIXES)
-    }
 
 
 class GSSBORefitter:
@@ -128,12 +115,9 @@ class GSSBORefitter:
             n_initial=self.n_initial,
             seed=seed,
             pilot=self.model,
+            warm_start=self.warm_start,
             **self.model_kwargs,
         )
-        if self.warm_start and self.model is not None:
-            model.load_state_dict(
-                hyperparameter_state(self.model), strict=False, keep_transforms=True
-            )
         fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
         self.model = model
         return model

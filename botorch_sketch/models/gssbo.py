@@ -19,8 +19,13 @@ train_Y)``. ``pilot`` decides where the hyperparameters come from:
   uniform subsample. This costs one extra ``O(M^3)``-per-step fit.
 * a fitted model (e.g. the previous iteration's ``GradientSubsetGP``) or its
   ``state_dict``: its hyperparameters *and* transforms are loaded, no pilot fit
-  (what :class:`botorch_sketch.loops.gssbo.GSSBORefitter` does). If it is a
+  (what :class:`botorch_sketch.loops.gssbo.GSSBORefitter` does, and what our Ax
+  generator does with the state dict of the previous call's model). If it is a
   ``GradientSubsetGP`` whose subset lies in the current data, that subset is ``P``.
+
+With ``warm_start=True`` the model's own hyperparameters also start from the
+pilot's (its transforms stay its own, fitted to the subset), so the user's
+``fit_gpytorch_mll`` starts next to its previous optimum.
 
 Cost per construction after the switch: the pilot (fit or load), the gradients
 (``O(N^3)`` up to ``exact_max_n`` points, then ``O(M^3 + N M^2)``, see
@@ -55,6 +60,7 @@ from torch import Tensor
 from botorch_sketch.gssbo import selection
 from botorch_sketch.gssbo.selection import SubsetReason
 from botorch_sketch.models.options import ModelOptionsMixin
+from botorch_sketch.models.sketch_state import hyperparameter_state
 from botorch_sketch.models.validation import (
     validate_new_observations,
     validate_training_data,
@@ -122,6 +128,7 @@ class GradientSubsetGP(ModelOptionsMixin, SingleTaskGP):
         gradient_method: str = "auto",
         exact_max_n: int = 1000,
         include_forced_in_objective: bool = True,
+        warm_start: bool = False,
     ) -> None:
         r"""Select the subset and build the ``SingleTaskGP`` on it.
 
@@ -151,6 +158,9 @@ class GradientSubsetGP(ModelOptionsMixin, SingleTaskGP):
             exact_max_n: ``"auto"`` uses the exact ``O(N^3)`` gradients up to this
                 many points.
             include_forced_in_objective: Count the forced points in Eq. 1.
+            warm_start: Start this model's hyperparameters from ``pilot``'s (no
+                effect without a pilot). A pilot whose hyperparameters do not fit
+                these modules raises a ``ValueError``.
             likelihood, covar_module, mean_module, outcome_transform,
                 input_transform: As in ``SingleTaskGP`` (default kernel:
                 Matérn-5/2 ARD).
@@ -164,6 +174,11 @@ class GradientSubsetGP(ModelOptionsMixin, SingleTaskGP):
             )
         selection.validate_mode(mode)
         selection.validate_sizes(subset_size, n_initial)
+        if pilot is not None and not isinstance(pilot, torch.nn.Module | Mapping):
+            raise TypeError(
+                "pilot must be None, a fitted model or a state_dict, got "
+                f"{type(pilot).__name__}."
+            )
         if gradient_method not in selection.GRADIENT_METHODS:
             raise ValueError(
                 f"gradient_method must be one of {selection.GRADIENT_METHODS}, got "
@@ -244,6 +259,8 @@ class GradientSubsetGP(ModelOptionsMixin, SingleTaskGP):
         }
         for name, value in buffers.items():
             self.register_buffer(name, value, persistent=False)
+        if warm_start and pilot is not None:
+            _load_hyperparameters(self, pilot)
         self.subset_size = subset_size
         self.mode = mode
         self.n_initial = n_initial
@@ -304,17 +321,26 @@ def _pilot_model(
         fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
         return model, P
     state = pilot.state_dict() if isinstance(pilot, torch.nn.Module) else pilot
-    if not isinstance(state, Mapping):
-        raise TypeError(
-            "pilot must be None, a fitted model or a state_dict, got "
-            f"{type(pilot).__name__}."
-        )
     try:
         # The transforms travel with the hyperparameters: they define their scale.
         model.load_state_dict(state, keep_transforms=False)
     except RuntimeError as err:
         raise ValueError(f"pilot does not match the model's modules: {err}") from err
     return model, P
+
+
+def _load_hyperparameters(
+    model: SingleTaskGP, pilot: Model | Mapping[str, Tensor]
+) -> None:
+    r"""Copy ``pilot``'s hyperparameters (not its transforms) into ``model``."""
+    state = hyperparameter_state(pilot)
+    missing = sorted(set(hyperparameter_state(model)) - set(state))
+    if missing:
+        raise ValueError(f"pilot lacks the hyperparameters {missing}.")
+    try:
+        model.load_state_dict(state, strict=False)  # keeps the model's transforms
+    except RuntimeError as err:
+        raise ValueError(f"pilot does not match the model's modules: {err}") from err
 
 
 def _pilot_gradients(

@@ -25,7 +25,13 @@ from torch import Tensor
 
 from botorch_sketch.models.extra_state import EXTRA_STATE_KEY
 
-__all__ = ["SketchState", "hyperparameter_state", "row_keys"]
+__all__ = [
+    "SketchState",
+    "hyperparameter_state",
+    "row_keys",
+    "tensors_from_json",
+    "tensors_to_json",
+]
 
 #: State-dict prefixes that are not hyperparameters: transforms are refitted to
 #: the current data by the new model itself.
@@ -87,10 +93,7 @@ class SketchState:
         """
         rows = self.dictionary_rows.cpu()
         out: dict[str, Any] = {
-            "hyperparameters": {
-                k: {"shape": list(v.shape), "values": v.reshape(-1).tolist()}
-                for k, v in self.hyperparameters.items()
-            },
+            "hyperparameters": tensors_to_json(self.hyperparameters),
             "dictionary_rows": _rows_to_mask(rows) if compact else rows.tolist(),
             "rows_checksum": float(self.rows_checksum),
             "num_fit_points": int(self.num_fit_points),
@@ -180,10 +183,7 @@ class SketchState:
         inputs = state.get("dictionary_inputs")
         keys = state.get("dictionary_keys")
         return cls(
-            hyperparameters={
-                k: _tensor_from_dict(v, dtype)
-                for k, v in state["hyperparameters"].items()
-            },
+            hyperparameters=tensors_from_json(state["hyperparameters"], dtype),
             dictionary_rows=rows.long(),
             rows_checksum=float(state["rows_checksum"]),
             num_fit_points=int(state["num_fit_points"]),
@@ -198,6 +198,33 @@ class SketchState:
         )
 
 
+def tensors_to_json(tensors: Mapping[str, Tensor]) -> dict[str, dict[str, Any]]:
+    r"""``{name: {"shape": [...], "values": [...]}}``: a tensor map as JSON data.
+
+    Floats go through Python's ``float`` (shortest round-trip form), so
+    :func:`tensors_from_json` gives back the same values for float32 and float64.
+    """
+    return {k: _tensor_to_dict(v) for k, v in tensors.items()}
+
+
+def tensors_from_json(
+    entries: Mapping[str, Any],
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> dict[str, Tensor]:
+    r"""Inverse of :func:`tensors_to_json` (tensors among ``entries`` pass through).
+
+    Raises:
+        ValueError: An entry without ``shape`` / ``values``, or whose values do not
+            fill its shape.
+    """
+    if not isinstance(entries, Mapping):
+        raise ValueError(f"expected a map of tensors, got {type(entries).__name__}.")
+    return {
+        k: _tensor_from_dict(v, dtype).to(device=device) for k, v in entries.items()
+    }
+
+
 def _tensor_to_dict(t: Tensor) -> dict[str, Any]:
     return {"shape": list(t.shape), "values": t.detach().cpu().reshape(-1).tolist()}
 
@@ -205,7 +232,10 @@ def _tensor_to_dict(t: Tensor) -> dict[str, Any]:
 def _tensor_from_dict(entry: Any, dtype: torch.dtype) -> Tensor:
     if torch.is_tensor(entry):
         return entry
-    return torch.tensor(entry["values"], dtype=dtype).reshape(entry["shape"])
+    try:
+        return torch.tensor(entry["values"], dtype=dtype).reshape(entry["shape"])
+    except (KeyError, TypeError, RuntimeError) as err:
+        raise ValueError(f"not a tensor entry {{'shape', 'values'}}: {err}") from err
 
 
 def _rows_to_mask(rows: Tensor) -> str:
@@ -255,17 +285,21 @@ def _keys_from_json(keys: Any) -> Tensor:
     return torch.tensor(list(keys), dtype=torch.int64)
 
 
-def hyperparameter_state(model: torch.nn.Module) -> dict[str, Tensor]:
-    r"""The model's ``state_dict`` restricted to its hyperparameters.
+def hyperparameter_state(
+    model: torch.nn.Module | Mapping[str, Tensor],
+) -> dict[str, Tensor]:
+    r"""The model's ``state_dict`` (or a given one) restricted to hyperparameters.
 
     Drops the transforms (they belong to the data), the dictionary (extra state)
-    and the per-point noise of a fixed-noise likelihood.
+    and, for a model, the per-point noise of a fixed-noise likelihood.
     """
+    items = model.items() if isinstance(model, Mapping) else model.state_dict().items()
     state = {
         k: v.detach().clone()
-        for k, v in model.state_dict().items()
+        for k, v in items
         if not k.startswith(_NOT_HYPERPARAMETERS)
     }
-    if isinstance(model.likelihood, FixedNoiseGaussianLikelihood):
+    likelihood = getattr(model, "likelihood", None)
+    if isinstance(likelihood, FixedNoiseGaussianLikelihood):
         state = {k: v for k, v in state.items() if not k.startswith("likelihood.")}
     return state

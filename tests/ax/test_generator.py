@@ -30,7 +30,8 @@ from botorch_sketch.ax.generator import (
 )
 from botorch_sketch.models import NystromGP
 from botorch_sketch.models.nystrom_fit import SketchState
-from tests.ax.helpers import FAST, same_numeric_environment
+from botorch_sketch.models.sketch_state import tensors_from_json
+from tests.ax.helpers import FAST, make_client, run_trials, same_numeric_environment
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 N_INIT = 6
@@ -337,3 +338,98 @@ def test_the_best_point_is_computed_once_per_reused_model(monkeypatch):
     assert len(calls) == 1
     request(c)  # new data: a new model, computed anew
     assert len(calls) == 2
+
+
+# -------------------------------------------------------------------------------
+# GSSBO: the pilot carried between calls
+# -------------------------------------------------------------------------------
+
+
+def gssbo_client() -> Client:
+    """GSSBO on Hartmann6 with a subset of 6 (a selection from 7 points on)."""
+    return make_client("gssbo", "hartmann6", initialization_budget=4, subset_size=6)
+
+
+def _spy_pilots(monkeypatch) -> list:
+    """Record ``(pilot given, warm_start)`` at every ``GradientSubsetGP`` built."""
+    import botorch_sketch.models.gssbo as gssbo
+
+    seen: list = []
+    original = gssbo.GradientSubsetGP.__init__
+
+    def spy(self, *args, pilot=None, warm_start=False, **kwargs):
+        seen.append((pilot is not None, warm_start))
+        original(self, *args, pilot=pilot, warm_start=warm_start, **kwargs)
+
+    spy.__signature__ = inspect.signature(original)  # Ax reads the signature
+    monkeypatch.setattr(gssbo.GradientSubsetGP, "__init__", spy)
+    return seen
+
+
+def _last_pilot_state(c: Client) -> dict:
+    runs = [gr for gr in c._generation_strategy._generator_runs if gr._generator_key]
+    return runs[-1]._generator_state_after_gen["pilot_state"]
+
+
+def test_gssbo_pilot_is_carried_to_the_next_call(monkeypatch):
+    seen = _spy_pilots(monkeypatch)
+    c = gssbo_client()
+    run_trials(c, "hartmann6", total=10)
+    # The first model call builds its own pilot; every later one gets the last
+    # model's state as its pilot and starts its hyperparameters from it.
+    assert seen[0] == (False, False)
+    assert len(seen) >= 5 and all(s == (True, True) for s in seen[1:])
+    state = _last_pilot_state(c)
+    model = c._generation_strategy.adapter.generator.surrogate.model
+    for name, tensor in tensors_from_json(state).items():
+        torch.testing.assert_close(tensor, model.state_dict()[name].double())
+    runs = [gr for gr in c._generation_strategy._generator_runs if gr._generator_key]
+    assert "pilot_state" not in (runs[-1]._generator_kwargs or {})
+    config = c._generation_strategy.adapter.generator.surrogate_spec.model_configs[0]
+    assert "pilot" not in config.model_options  # the strategy's options unchanged
+
+
+def test_gssbo_reloaded_run_continues_from_the_same_pilot(tmp_path):
+    uninterrupted = gssbo_client()
+    run_trials(uninterrupted, "hartmann6", total=9, json_exact=True)
+    path = tmp_path / "experiment.json"
+    uninterrupted.save_to_json_file(str(path))
+    torch.manual_seed(123)  # another global RNG state: the generator seeds itself
+    loaded = Client.load_from_json_file(str(path))
+    run_trials(loaded, "hartmann6", total=12, json_exact=True)
+    run_trials(uninterrupted, "hartmann6", total=12, json_exact=True)
+    arms = [t.arm.parameters for t in uninterrupted._experiment.trials.values()]
+    assert [t.arm.parameters for t in loaded._experiment.trials.values()] == arms
+
+
+@pytest.mark.parametrize("how", ["nan", "wrong_shape", "unreadable"])
+def test_gssbo_unusable_pilot_is_discarded(monkeypatch, tmp_path, caplog, how):
+    c = gssbo_client()
+    run_trials(c, "hartmann6", total=9)
+    state = _last_pilot_state(c)
+    key = next(k for k in state if "lengthscale" in k)
+    if how == "nan":
+        state[key]["values"] = [float("nan")] * len(state[key]["values"])
+    elif how == "wrong_shape":  # parses, but does not fit the model's modules
+        state[key] = {"shape": [1, 2], "values": [0.5, 0.5]}
+    else:
+        state[key] = {"values": "not a tensor"}
+    path = tmp_path / "experiment.json"
+    c.save_to_json_file(str(path))
+    loaded = Client.load_from_json_file(str(path))
+    seen = _spy_pilots(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="botorch_sketch.ax.generator"):
+        run_trials(loaded, "hartmann6", total=11)
+    assert len(loaded._experiment.trials) == 11
+    assert "GSSBO pilot discarded" in caplog.text
+    assert seen[-1] == (True, True)  # the next call carries the new model's
+    carried = tensors_from_json(_last_pilot_state(loaded))
+    # every number finite (a constraint's bound may be infinite)
+    assert all(
+        torch.isfinite(v).all() for k, v in carried.items() if "_constraint." not in k
+    )
+
+
+def test_bad_pilot_state_is_refused():
+    with pytest.raises(ValueError, match="pilot_state"):
+        SketchBoTorchGenerator(pilot_state=[1.0])

@@ -104,6 +104,54 @@ class TestExactness(BotorchTestCase):
         )
         self.assertEqual(again.subset_indices.tolist(), model.subset_indices.tolist())
 
+    def test_warm_start_takes_the_pilots_hyperparameters_not_its_transforms(self):
+        X, Y = make_data(n=50)
+        pilot = fit(GradientSubsetGP(X, Y, subset_size=20, n_initial=5, seed=0))
+        Y2 = 2 * Y + 7  # other data: the transforms must be the new model's
+        for source in (pilot, pilot.state_dict()):
+            for n in (50, 15):  # with a selection, and with every point
+                model = GradientSubsetGP(
+                    X[:n],
+                    Y2[:n],
+                    subset_size=20,
+                    n_initial=5,
+                    pilot=source,
+                    warm_start=True,
+                    seed=1,
+                )
+                self.assertAllClose(
+                    model.covar_module.lengthscale, pilot.covar_module.lengthscale
+                )
+                self.assertAllClose(model.likelihood.noise, pilot.likelihood.noise)
+                idx = model.subset_indices
+                self.assertAllClose(
+                    model.outcome_transform.means.squeeze(), Y2[:n][idx].mean()
+                )
+        cold = GradientSubsetGP(X, Y2, subset_size=20, n_initial=5, pilot=pilot)
+        self.assertFalse(
+            torch.allclose(
+                cold.covar_module.lengthscale, pilot.covar_module.lengthscale
+            )
+        )
+        # Without a pilot there is nothing to start from: the default start.
+        plain = GradientSubsetGP(X, Y2, subset_size=60, n_initial=5, warm_start=True)
+        self.assertAllClose(
+            plain.covar_module.lengthscale, cold.covar_module.lengthscale
+        )
+        # A pilot without the model's hyperparameters is refused, naming them.
+        partial = {
+            k: v for k, v in pilot.state_dict().items() if "lengthscale" not in k
+        }
+        with self.assertRaisesRegex(ValueError, "lengthscale"):
+            GradientSubsetGP(
+                X[:15],
+                Y2[:15],
+                subset_size=20,
+                n_initial=5,
+                pilot=partial,
+                warm_start=True,
+            )
+
     def test_fixed_noise(self):
         X, Y = make_data(n=40)
         Yvar = torch.full_like(Y, 0.01)
@@ -226,8 +274,9 @@ class TestBadInput(BotorchTestCase):
             )
         with self.assertRaises(UnsupportedError):
             GradientSubsetGP(X, Y.repeat(1, 2), subset_size=10, n_initial=3)
-        with self.assertRaisesRegex(TypeError, "pilot"):
-            GradientSubsetGP(X, Y, subset_size=10, n_initial=3, pilot=3.0)
+        for n in (30, 5):  # with and without a selection
+            with self.assertRaisesRegex(TypeError, "pilot"):
+                GradientSubsetGP(X[:n], Y[:n], subset_size=10, n_initial=3, pilot=3.0)
         with self.assertRaisesRegex(ValueError, "pilot"):
             GradientSubsetGP(
                 X, Y, subset_size=10, n_initial=3, pilot={"foo": torch.zeros(1)}
