@@ -319,35 +319,13 @@ class SketchBoTorchGenerator(BoTorchGenerator):
         A warm-started fit that fails (``NotPSDError``) is rerun from scratch
         (the start used is then ``None``).
         """
-        num_points = _num_points(datasets)
-
-        def fit_once() -> None:
-            with with_rng_seed(self._call_seed(num_points)):
-                super(SketchBoTorchGenerator, self).fit(datasets=datasets, **fit_kwargs)
-
-        warm = bool(configs) and start is not None
-        for config in configs if warm else []:
-            config.model_options["warm_start"] = start
-        try:
-            fit_once()
-        except NotPSDError as err:
-            if not warm:
-                raise
-            # A state that passed the checks can still be unusable on this data
-            # (e.g. hand-edited hyperparameters): Ax's own models refit.
-            logger.warning(
-                "Carried NystromGP state discarded (the warm-started fit failed: "
-                "%s); fitting from scratch.",
-                err,
-            )
-            start = None
-            for config in configs:
-                config.model_options.pop("warm_start", None)
-            fit_once()
-        finally:
-            for config in configs:
-                config.model_options.pop("warm_start", None)
-        return start
+        options = {"warm_start": start} if start is not None else {}
+        # A state that passed the checks can still be unusable on this data
+        # (e.g. hand-edited hyperparameters): Ax's own models refit.
+        used = self._fit_with_options(
+            configs, options, (NotPSDError,), "NystromGP state", datasets, **fit_kwargs
+        )
+        return start if used else None
 
     def _fit_with_pilot(
         self,
@@ -359,7 +337,37 @@ class SketchBoTorchGenerator(BoTorchGenerator):
 
         A carried pilot that is unusable on this data (it does not parse, is not
         finite, or does not fit the model's modules) is discarded with a warning
-        and the fit reruns without it.
+        and the fit runs without it.
+        """
+        pilot, problem = None, None
+        if self.pilot_state is not None:
+            pilot, problem = _parse_pilot(self.pilot_state, datasets[0].X)
+        if problem is not None:
+            logger.warning("Carried GSSBO pilot discarded (%s).", problem)
+        options = {"pilot": pilot, "warm_start": True} if pilot is not None else {}
+        self._fit_with_options(
+            configs,
+            options,
+            (ValueError, NotPSDError),
+            "GSSBO pilot",
+            datasets,
+            **fit_kwargs,
+        )
+
+    def _fit_with_options(
+        self,
+        configs: list[ModelConfig],
+        options: dict[str, Any],
+        errors: tuple[type[Exception], ...],
+        what: str,
+        datasets: Sequence[SupervisedDataset],
+        **fit_kwargs: Any,
+    ) -> bool:
+        r"""``BoTorchGenerator.fit`` with ``options`` added to ``configs``' model
+        options for this fit only (the strategy's stored options do not change).
+
+        A fit with the options that raises one of ``errors`` is logged as ``what``
+        discarded and rerun without them. Returns whether the options were used.
         """
         num_points = _num_points(datasets)
 
@@ -367,29 +375,30 @@ class SketchBoTorchGenerator(BoTorchGenerator):
             with with_rng_seed(self._call_seed(num_points)):
                 super(SketchBoTorchGenerator, self).fit(datasets=datasets, **fit_kwargs)
 
-        pilot, problem = None, None
-        if self.pilot_state is not None:
-            pilot, problem = _parse_pilot(self.pilot_state, datasets[0].X)
-        if problem is not None:
-            logger.warning("Carried GSSBO pilot discarded (%s).", problem)
-        for config in configs if pilot is not None else []:
-            config.model_options.update(pilot=pilot, warm_start=True)
+        def drop() -> None:
+            for config in configs:
+                for key in options:
+                    config.model_options.pop(key, None)
+
+        used = bool(configs) and bool(options)
+        for config in configs if used else []:
+            config.model_options.update(options)
         try:
             fit_once()
-        except (ValueError, NotPSDError) as err:
-            if pilot is None:
+        except errors as err:
+            if not used:
                 raise
             logger.warning(
-                "Carried GSSBO pilot discarded (the fit with it failed: %s).", err
+                "Carried %s discarded (the fit with it failed: %s); fitting without.",
+                what,
+                err,
             )
-            for config in configs:
-                config.model_options.pop("pilot", None)
-                config.model_options.pop("warm_start", None)
+            used = False
+            drop()
             fit_once()
         finally:
-            for config in configs:
-                config.model_options.pop("pilot", None)
-                config.model_options.pop("warm_start", None)
+            drop()
+        return used
 
     def _cache_key(
         self,
@@ -505,14 +514,21 @@ def _parse_pilot(
         pilot = tensors_from_json(state, dtype=like.dtype, device=like.device)
     except ValueError as err:
         return None, f"unreadable: {err}"
-    bad = sorted(
-        name
-        for name, value in pilot.items()
-        if "_constraint." not in name and not bool(torch.isfinite(value).all())
-    )
+    bad = _non_finite(pilot)
     if bad:
-        return None, f"non-finite values {bad}"
+        return None, f"non-finite hyperparameters {bad}"
     return pilot, None
+
+
+def _non_finite(tensors: dict[str, Tensor]) -> list[str]:
+    r"""Names of the tensors holding a NaN, or an infinity outside a constraint's
+    bounds (a bound may be infinite, a hyperparameter may not)."""
+    return sorted(
+        name
+        for name, value in tensors.items()
+        if bool(torch.isnan(value).any())
+        or ("_constraint." not in name and not bool(torch.isfinite(value).all()))
+    )
 
 
 def sketch_state_problem(state: Any, num_points: int) -> str | None:
@@ -527,13 +543,7 @@ def sketch_state_problem(state: Any, num_points: int) -> str | None:
         parsed = SketchState.from_dict(state)
     except (ValueError, TypeError, KeyError, RuntimeError) as err:
         return f"unreadable: {err}"
-    bad = sorted(
-        name
-        for name, value in parsed.hyperparameters.items()
-        if bool(torch.isnan(value).any())
-        # a constraint's bound may be infinite, a hyperparameter may not
-        or ("_constraint." not in name and not bool(torch.isfinite(value).all()))
-    )
+    bad = _non_finite(dict(parsed.hyperparameters))
     if bad:
         return f"non-finite hyperparameters {bad}"
     rows = parsed.dictionary_rows
